@@ -1,0 +1,392 @@
+/*
+ * shardckpt.h - save and load sharded checkpoints of distributed training state
+ *                in the PyTorch Distributed Checkpoint (DCP) on-disk format.
+ *
+ * Overview
+ * --------
+ * A *state* (sck_state) is a set of named entries.  Keys are chosen freely by
+ * the caller ("model.layer1.weight", "optimizer.state.layer1.weight.exp_avg",
+ * "other.step" ...).  An entry is one of:
+ *   - a tensor, of which this rank holds one or more boxes (n-d sub-blocks of
+ *     the global tensor) or flat ranges (FSDP/ZeRO style 1-d slices of the
+ *     row-major flattened tensor), or the whole tensor (replicated);
+ *   - a byte blob;
+ *   - a small JSON-like value (sck_value: null, bool, int, float, string, list, dict).
+ *
+ * sck_save() is collective over a communicator (sck_comm): every rank calls it
+ * with its own state; the result is a DCP directory with one data file per
+ * rank (__<rank>_0.distcp) and a `.metadata` file, loadable by
+ * torch.distributed.checkpoint.  sck_load() is collective too and fills the
+ * caller's buffers from any checkpoint, whatever sharding and world size it
+ * was saved with, reading only the bytes each rank needs.
+ *
+ * Errors
+ * ------
+ * Every function that can fail returns an int status: SCK_OK (0) on success,
+ * otherwise one of the negative sck_status codes below.  A human readable
+ * message naming the file, key and offset involved is available from
+ * sck_last_error() in the same thread until the next failing call.
+ * Collective calls return the same status and message on every rank.
+ *
+ * Memory
+ * ------
+ * Objects returned by *_new / *_create / *_open functions are owned by the
+ * caller and released with the matching *_free / *_close.  Tensor data
+ * buffers are always owned by the caller; the library never frees them.
+ *
+ * Thread safety
+ * -------------
+ * Distinct objects may be used from distinct threads concurrently.  One
+ * object must not be used from two threads at once.
+ */
+#ifndef SHARDCKPT_H
+#define SHARDCKPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SCK_VERSION_MAJOR 0
+#define SCK_VERSION_MINOR 1
+#define SCK_VERSION_PATCH 0
+
+/** Most tensor dimensions supported. */
+#define SCK_MAX_DIMS 16
+
+/* ------------------------------------------------------------------------ */
+/* Status codes                                                              */
+/* ------------------------------------------------------------------------ */
+
+typedef enum sck_status {
+    SCK_OK = 0,
+    SCK_ERR_INVALID_ARG = -1,  /**< bad argument from the caller */
+    SCK_ERR_NOMEM = -2,        /**< an allocation failed */
+    SCK_ERR_IO = -3,           /**< open/read/write/fsync/rename failed (errno in message) */
+    SCK_ERR_FORMAT = -4,       /**< a file is malformed, truncated or hostile */
+    SCK_ERR_UNSUPPORTED = -5,  /**< valid input using a feature we do not implement */
+    SCK_ERR_MISSING_KEY = -6,  /**< a requested key is not in the checkpoint */
+    SCK_ERR_UNEXPECTED_KEY = -7, /**< the checkpoint holds a key that was not requested (opt-in) */
+    SCK_ERR_MISMATCH = -8,     /**< dtype, shape or kind differ between request and checkpoint, or between ranks */
+    SCK_ERR_COVERAGE = -9,     /**< shards overlap, leave holes, or fall outside the tensor */
+    SCK_ERR_COMM = -10,        /**< the communicator failed */
+    SCK_ERR_PEER = -11,        /**< another rank failed; the message is that rank's message */
+    SCK_ERR_CHECKSUM = -12     /**< stored bytes do not match their checksum */
+} sck_status;
+
+/** Message describing the last error in the calling thread (never NULL; "" if none).
+ *  The string is owned by the library and valid until the next failing call in this thread. */
+const char *sck_last_error(void);
+
+/** Short constant name of a status code, e.g. "SCK_ERR_IO". */
+const char *sck_status_name(int status);
+
+/* ------------------------------------------------------------------------ */
+/* Data types                                                                */
+/* ------------------------------------------------------------------------ */
+
+typedef enum sck_dtype {
+    SCK_F32 = 0, SCK_F64, SCK_F16, SCK_BF16,
+    SCK_I8, SCK_I16, SCK_I32, SCK_I64,
+    SCK_U8, SCK_BOOL,
+    SCK_DTYPE_COUNT
+} sck_dtype;
+
+/** Bytes per element of `dt`, or 0 for an invalid dtype. */
+size_t sck_dtype_size(sck_dtype dt);
+/** Lower-case name ("float32", "bfloat16", "int64", "bool" ...), or "?" for an invalid dtype. */
+const char *sck_dtype_name(sck_dtype dt);
+/** Parse a dtype name: torch names ("float32", "half" ...) or safetensors names ("F32", "BF16" ...).
+ *  Returns SCK_OK and sets *out, or SCK_ERR_INVALID_ARG. */
+int sck_dtype_from_name(const char *name, sck_dtype *out);
+
+/* ------------------------------------------------------------------------ */
+/* JSON-like values (for user data: step counters, RNG state, config ...)    */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sck_value sck_value;
+
+typedef enum sck_value_kind {
+    SCK_VAL_NULL = 0, SCK_VAL_BOOL, SCK_VAL_INT, SCK_VAL_FLOAT,
+    SCK_VAL_STRING, SCK_VAL_BYTES, SCK_VAL_LIST, SCK_VAL_DICT
+} sck_value_kind;
+
+/* Constructors return a new value owned by the caller, or NULL when out of memory. */
+sck_value *sck_value_null(void);
+sck_value *sck_value_bool(int b);
+sck_value *sck_value_int(int64_t i);
+sck_value *sck_value_float(double f);
+/** Copies the NUL-terminated UTF-8 string `s`. */
+sck_value *sck_value_string(const char *s);
+/** Copies `n` bytes of `s` (may contain NUL). */
+sck_value *sck_value_string_n(const char *s, size_t n);
+/** Copies `n` bytes of raw data. */
+sck_value *sck_value_bytes(const void *data, size_t n);
+sck_value *sck_value_list(void);
+sck_value *sck_value_dict(void);
+
+/** Appends `item` to `list`, taking ownership of `item` (also on failure, where it is freed).
+ *  Errors: SCK_ERR_INVALID_ARG (not a list / NULL), SCK_ERR_NOMEM. */
+int sck_value_list_append(sck_value *list, sck_value *item);
+/** Sets dict[key] = item, replacing (and freeing) any previous value; keeps insertion order.
+ *  Takes ownership of `item` (also on failure).  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
+int sck_value_dict_set(sck_value *dict, const char *key, sck_value *item);
+
+/** Deep copy; NULL when out of memory. */
+sck_value *sck_value_clone(const sck_value *v);
+/** Frees `v` and everything it contains.  NULL is allowed. */
+void sck_value_free(sck_value *v);
+
+/* Accessors.  Pointers returned are borrowed from `v` and live as long as it does. */
+sck_value_kind sck_value_kind_of(const sck_value *v);
+int sck_value_get_bool(const sck_value *v);       /**< 0 unless a true bool */
+int64_t sck_value_get_int(const sck_value *v);    /**< 0 unless an int */
+double sck_value_get_float(const sck_value *v);   /**< floats, and ints converted; else 0 */
+/** String or bytes data (NUL-terminated for convenience) and its length in *n (may be NULL). */
+const char *sck_value_get_string(const sck_value *v, size_t *n);
+/** Number of items of a list or dict; 0 otherwise. */
+size_t sck_value_len(const sck_value *v);
+/** i-th item of a list or i-th value of a dict (insertion order); NULL if out of range. */
+sck_value *sck_value_at(const sck_value *v, size_t i);
+/** i-th key of a dict; NULL if out of range. */
+const char *sck_value_key_at(const sck_value *v, size_t i);
+/** Value of `key` in a dict; NULL if absent or not a dict. */
+sck_value *sck_value_dict_get(const sck_value *v, const char *key);
+/** 1 if a and b are deeply equal (floats compared bitwise), else 0. */
+int sck_value_equal(const sck_value *a, const sck_value *b);
+
+/** Serializes `v` as compact JSON into a new NUL-terminated string owned by the caller (free()).
+ *  Bytes become {"__bytes__": "<hex>"}; non-finite floats become NaN/Infinity/-Infinity.
+ *  Returns NULL when out of memory. */
+char *sck_value_to_json(const sck_value *v);
+/** Parses JSON text of `n` bytes into *out (owned by the caller).
+ *  Errors: SCK_ERR_FORMAT (message gives the byte offset), SCK_ERR_NOMEM. */
+int sck_value_from_json(const char *text, size_t n, sck_value **out);
+
+/* ------------------------------------------------------------------------ */
+/* Communicators                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sck_comm sck_comm;
+
+/** The operations a communication backend provides.  All are collective
+ *  except where noted and return SCK_OK or a negative status.  `ctx` is the
+ *  backend's own pointer given to sck_comm_create. */
+typedef struct sck_comm_ops {
+    /** Every rank contributes `n` bytes at `send`; on return *recv points to a
+     *  malloc'ed buffer (freed by the caller with free()) holding all ranks'
+     *  contributions concatenated in rank order, and counts[r] is rank r's
+     *  length (counts has room for size entries). */
+    int (*allgatherv)(void *ctx, const void *send, size_t n, void **recv, size_t *counts);
+    /** Root's `*n` bytes at `*buf` are delivered to every rank: non-root ranks
+     *  receive a malloc'ed *buf (caller frees) and *n.  On root nothing changes. */
+    int (*bcast)(void *ctx, void **buf, size_t *n, int root);
+    /** Waits until every rank has entered. */
+    int (*barrier)(void *ctx);
+    /** Releases `ctx` (not collective).  May be NULL. */
+    void (*destroy)(void *ctx);
+} sck_comm_ops;
+
+/** Wraps a backend.  The ops table must outlive the comm.  Returns NULL when out of memory. */
+sck_comm *sck_comm_create(const sck_comm_ops *ops, void *ctx, int rank, int size);
+/** A communicator of one rank (rank 0 of 1).  Returns NULL when out of memory. */
+sck_comm *sck_comm_single(void);
+/** Frees a communicator (calls the backend's destroy).  NULL is allowed. */
+void sck_comm_free(sck_comm *comm);
+int sck_comm_rank(const sck_comm *comm);
+int sck_comm_size(const sck_comm *comm);
+
+/** Threads backend: runs fn(comm, arg) on `nranks` threads, each with its own
+ *  communicator of rank r of nranks, and waits for all.  The communicators
+ *  are freed when the threads end.  Returns SCK_OK if every fn returned
+ *  SCK_OK, otherwise the status returned by the lowest failing rank.
+ *  Errors also: SCK_ERR_INVALID_ARG (nranks < 1), SCK_ERR_NOMEM, SCK_ERR_COMM
+ *  (a thread could not be started). */
+int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg);
+
+/* ------------------------------------------------------------------------ */
+/* State                                                                     */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sck_state sck_state;
+
+/** A new empty state, or NULL when out of memory.  Free with sck_state_free. */
+sck_state *sck_state_new(void);
+/** Frees the state and the blobs/values it holds.  Never frees tensor buffers.  NULL allowed. */
+void sck_state_free(sck_state *st);
+
+/**
+ * Adds a box of tensor `key` held by this rank: the n-d block at `offsets`
+ * with extent `sizes` of a global tensor of shape `shape` (ndim entries
+ * each; ndim 0 is a scalar).  `data` points to the block's elements in
+ * row-major order; it is read by sck_save and written by sck_load, and must
+ * stay valid until then.  A key may get several boxes on one rank; all calls
+ * for one key must agree on dtype and shape.
+ * Errors: SCK_ERR_INVALID_ARG (NULL key/data with non-empty box, ndim out of
+ * range, box outside shape, boxes of one key overlapping on this rank),
+ * SCK_ERR_MISMATCH (dtype/shape differ from earlier calls for key), SCK_ERR_NOMEM.
+ */
+int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+                      const int64_t *shape, const int64_t *offsets, const int64_t *sizes,
+                      void *data);
+
+/**
+ * Adds a flat shard: elements [begin, begin+count) of tensor `key` flattened
+ * in row-major order (how FSDP and ZeRO shard parameters).  `data` holds the
+ * `count` elements.  Internally the range is split into at most 2*ndim-1 boxes,
+ * which is how it is stored on disk.  Errors as sck_state_add_box.
+ */
+int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+                       const int64_t *shape, int64_t begin, int64_t count, void *data);
+
+/**
+ * Adds a tensor every rank holds in full.  It is written once (by one rank)
+ * rather than once per rank; every rank receives all of it on load.
+ * Errors as sck_state_add_box.
+ */
+int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+                             const int64_t *shape, void *data);
+
+/**
+ * Adds a byte blob.  For save, `data` (n bytes) is copied.  For load, pass
+ * data=NULL, n=0 to request the blob; read it after sck_load with sck_state_blob.
+ * Blobs are treated as replicated: when several ranks save the same key, the
+ * lowest rank's copy is kept.
+ * Errors: SCK_ERR_INVALID_ARG (duplicate key), SCK_ERR_NOMEM.
+ */
+int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n);
+
+/**
+ * Adds a JSON-like value, taking ownership of `v` (also on failure).  For load,
+ * pass v=NULL to request the value; read it after sck_load with sck_state_value.
+ * Values are replicated like blobs.
+ * Errors: SCK_ERR_INVALID_ARG (duplicate key), SCK_ERR_NOMEM.
+ */
+int sck_state_add_value(sck_state *st, const char *key, sck_value *v);
+
+/** After sck_load: the blob of `key` (borrowed, valid until the state is freed).
+ *  Errors: SCK_ERR_MISSING_KEY (not requested, or not found in a non-strict load). */
+int sck_state_blob(const sck_state *st, const char *key, const void **data, size_t *n);
+/** After sck_load: the value of `key` (borrowed), or NULL if absent. */
+const sck_value *sck_state_value(const sck_state *st, const char *key);
+
+/** Number of entries (distinct keys) in the state. */
+size_t sck_state_count(const sck_state *st);
+/** Key of the i-th entry (insertion order), or NULL. */
+const char *sck_state_key(const sck_state *st, size_t i);
+/** After sck_load: 1 if `key` was found in the checkpoint and loaded, else 0. */
+int sck_state_loaded(const sck_state *st, const char *key);
+/** After sck_load: keys present in the checkpoint but not requested.  Returns
+ *  their number; *keys (borrowed, may be NULL) receives the array. */
+size_t sck_state_unexpected(const sck_state *st, const char *const **keys);
+
+/* ------------------------------------------------------------------------ */
+/* Save and load                                                             */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sck_save_opts {
+    /** Bit set of SCK_SAVE_* flags. */
+    unsigned flags;
+    /** Reserved, must be 0. */
+    unsigned reserved[7];
+} sck_save_opts;
+
+/** fsync data files, `.metadata` and the directory (default on). */
+#define SCK_SAVE_NO_FSYNC 0x1u
+
+/**
+ * Saves the state of every rank of `comm` into directory `dir` (created if
+ * needed, parents must exist).  Collective: every rank must call it with the
+ * same `dir`.  opts may be NULL for defaults.
+ *
+ * Checks across ranks before writing anything: every key has one kind, dtype
+ * and global shape on all ranks; the boxes of each tensor do not overlap
+ * (replicated copies aside) and cover it exactly once.
+ *
+ * Errors (the same on every rank): SCK_ERR_INVALID_ARG, SCK_ERR_MISMATCH,
+ * SCK_ERR_COVERAGE, SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
+ */
+int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
+
+typedef struct sck_load_opts {
+    /** Bit set of SCK_LOAD_* flags. */
+    unsigned flags;
+    unsigned reserved[7];
+} sck_load_opts;
+
+/** Keys requested but absent from the checkpoint are skipped, not an error;
+ *  check sck_state_loaded() afterwards. */
+#define SCK_LOAD_ALLOW_MISSING 0x1u
+/** Keys in the checkpoint that were not requested are an error. */
+#define SCK_LOAD_REJECT_UNEXPECTED 0x2u
+
+/**
+ * Loads checkpoint `dir` into the state of every rank: each tensor box /
+ * flat range receives the matching elements, wherever and however they were
+ * saved; blobs and values requested are filled in.  Collective.
+ *
+ * Errors (the same on every rank): SCK_ERR_MISSING_KEY (strict by default),
+ * SCK_ERR_UNEXPECTED_KEY (with SCK_LOAD_REJECT_UNEXPECTED), SCK_ERR_MISMATCH
+ * (dtype, shape or kind differ), SCK_ERR_COVERAGE (the saved chunks do not
+ * cover a requested region), SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO,
+ * SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
+ */
+int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Reading what a checkpoint holds (no communicator needed)                  */
+/* ------------------------------------------------------------------------ */
+
+typedef struct sck_ckpt sck_ckpt;
+
+typedef enum sck_entry_kind { SCK_ENTRY_TENSOR = 0, SCK_ENTRY_BYTES = 1 } sck_entry_kind;
+
+typedef struct sck_entry_info {
+    const char *key;          /**< flattened key (borrowed) */
+    sck_entry_kind kind;      /**< tensor, or DCP byte item (blob or value) */
+    sck_dtype dtype;          /**< tensors only */
+    int ndim;                 /**< tensors only */
+    int64_t shape[SCK_MAX_DIMS];
+    size_t nchunks;           /**< saved chunks of a tensor (1 for bytes) */
+    uint64_t nbytes;          /**< tensor: product(shape)*elem size; bytes: stored length */
+    const char *file;         /**< data file of the first chunk (borrowed) */
+} sck_entry_info;
+
+typedef struct sck_chunk_info {
+    int64_t offsets[SCK_MAX_DIMS];
+    int64_t sizes[SCK_MAX_DIMS];
+    const char *file;         /**< relative file name (borrowed) */
+    uint64_t offset;          /**< item start in the file */
+    uint64_t length;          /**< item length in the file */
+} sck_chunk_info;
+
+/** Opens checkpoint directory `dir` and reads its `.metadata` (or a safetensors
+ *  file / Hugging Face sharded directory, see docs/FORMAT.md).  *out is owned by the
+ *  caller (sck_ckpt_close).  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
+int sck_ckpt_open(const char *dir, sck_ckpt **out);
+void sck_ckpt_close(sck_ckpt *ck);
+/** Number of entries, sorted by key. */
+size_t sck_ckpt_count(const sck_ckpt *ck);
+/** Fills *info for entry i.  Errors: SCK_ERR_INVALID_ARG (i out of range). */
+int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info);
+/** Fills *info for chunk j of entry i.  Errors: SCK_ERR_INVALID_ARG. */
+int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info);
+/** Index of `key`, or -1. */
+long sck_ckpt_find(const sck_ckpt *ck, const char *key);
+/** Reads the box (offsets, sizes) of tensor entry i into `dst` (row-major,
+ *  caller-owned, product(sizes)*elem bytes), from whichever chunks overlap it.
+ *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_COVERAGE, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
+int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst);
+/** Reads byte entry i.  If it is a torch.save archive of a plain Python value
+ *  (int, float, str, bytes, bool, None, list, tuple, dict), *value receives it
+ *  and *data is NULL; otherwise *data and *n receive the raw bytes and *value is
+ *  NULL.  Either output is owned by the caller (free() / sck_value_free).
+ *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
+int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SHARDCKPT_H */

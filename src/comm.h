@@ -1,0 +1,27 @@
+/* comm.h - the communicator behind sck_comm, and the collective helpers save/load are built from. */
+#ifndef SCK_COMM_H
+#define SCK_COMM_H
+
+#include "util.h"
+
+struct sck_comm {
+    const sck_comm_ops *ops;
+    void *ctx;
+    int rank;
+    int size;
+};
+
+int comm_allgatherv(sck_comm *c, const void *send, size_t n, void **recv, size_t *counts);
+int comm_bcast(sck_comm *c, void **buf, size_t *n, int root);
+int comm_barrier(sck_comm *c);
+
+/* Every rank passes its local status (message in this thread's last error).  All ranks return the
+ * status of the lowest failing rank, with that rank's message prefixed by "rank R: ", or SCK_OK if
+ * every rank succeeded.  One allgather. */
+int comm_agree(sck_comm *c, int local_status);
+
+/* Like comm_agree, but each rank also contributes a payload (only used when every rank succeeded):
+ * on SCK_OK *all receives the concatenated payloads (caller frees) and counts[r] their lengths. */
+int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts);
+
+#endif

@@ -1,0 +1,185 @@
+/* comm_threads.c - N ranks as N threads of one process (tests, single-process multi-rank programs).
+ * Collectives rendezvous on a generation-counting barrier; data moves through per-rank slots. */
+#include "comm.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct tgroup {
+    int size;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int waiting;
+    unsigned long gen;
+    int go;                  /* start gate: 0 wait, 1 run, -1 abandon (a sibling thread failed to start) */
+    const void **slot_ptr;   /* per rank: buffer posted for the current collective */
+    size_t *slot_len;
+} tgroup;
+
+typedef struct tctx {
+    tgroup *g;
+    int rank;
+} tctx;
+
+static void tg_barrier(tgroup *g) {
+    pthread_mutex_lock(&g->mu);
+    unsigned long gen = g->gen;
+    if (++g->waiting == g->size) {
+        g->waiting = 0;
+        g->gen++;
+        pthread_cond_broadcast(&g->cv);
+    } else {
+        while (gen == g->gen) pthread_cond_wait(&g->cv, &g->mu);
+    }
+    pthread_mutex_unlock(&g->mu);
+}
+
+static int th_allgatherv(void *vctx, const void *send, size_t n, void **recv, size_t *counts) {
+    tctx *t = vctx;
+    tgroup *g = t->g;
+    g->slot_ptr[t->rank] = send;
+    g->slot_len[t->rank] = n;
+    tg_barrier(g);
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++) total += g->slot_len[r];
+    uint8_t *p = malloc(total ? total : 1);
+    int rc = SCK_OK;
+    if (!p) {
+        rc = SCK_ERR_NOMEM;
+    } else {
+        size_t off = 0;
+        for (int r = 0; r < g->size; r++) {
+            if (g->slot_len[r]) memcpy(p + off, g->slot_ptr[r], g->slot_len[r]);
+            counts[r] = g->slot_len[r];
+            off += g->slot_len[r];
+        }
+    }
+    tg_barrier(g); /* senders' buffers must stay valid until everyone has copied */
+    *recv = p;
+    return rc;
+}
+
+static int th_bcast(void *vctx, void **buf, size_t *n, int root) {
+    tctx *t = vctx;
+    tgroup *g = t->g;
+    if (root < 0 || root >= g->size) return SCK_ERR_INVALID_ARG;
+    if (t->rank == root) {
+        g->slot_ptr[root] = *buf;
+        g->slot_len[root] = *n;
+    }
+    tg_barrier(g);
+    int rc = SCK_OK;
+    if (t->rank != root) {
+        size_t len = g->slot_len[root];
+        void *p = malloc(len ? len : 1);
+        if (!p) {
+            rc = SCK_ERR_NOMEM;
+        } else {
+            if (len) memcpy(p, g->slot_ptr[root], len);
+            *buf = p;
+            *n = len;
+        }
+    }
+    tg_barrier(g);
+    return rc;
+}
+
+static int th_barrier(void *vctx) {
+    tctx *t = vctx;
+    tg_barrier(t->g);
+    return SCK_OK;
+}
+
+static void th_destroy(void *vctx) { free(vctx); }
+
+static const sck_comm_ops threads_ops = {th_allgatherv, th_bcast, th_barrier, th_destroy};
+
+typedef struct trun {
+    tgroup *g;
+    sck_comm *comm;
+    int (*fn)(sck_comm *, void *);
+    void *arg;
+    int status;
+    char msg[1024];   /* the thread's last error, handed to the caller's thread */
+} trun;
+
+static void *trun_main(void *p) {
+    trun *r = p;
+    tgroup *g = r->g;
+    pthread_mutex_lock(&g->mu);
+    while (g->go == 0) pthread_cond_wait(&g->cv, &g->mu);
+    int go = g->go;
+    pthread_mutex_unlock(&g->mu);
+    r->status = go > 0 ? r->fn(r->comm, r->arg) : SCK_ERR_COMM;
+    if (r->status) snprintf(r->msg, sizeof r->msg, "%s", go > 0 ? sck_last_error() : "not started");
+    return NULL;
+}
+
+int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg) {
+    if (nranks < 1 || !fn) return sck_err(SCK_ERR_INVALID_ARG, "sck_threads_run: need nranks >= 1 and a function");
+    tgroup g;
+    memset(&g, 0, sizeof g);
+    g.size = nranks;
+    g.slot_ptr = calloc((size_t)nranks, sizeof *g.slot_ptr);
+    g.slot_len = calloc((size_t)nranks, sizeof *g.slot_len);
+    trun *runs = calloc((size_t)nranks, sizeof *runs);
+    pthread_t *tids = calloc((size_t)nranks, sizeof *tids);
+    int rc = SCK_OK;
+    int nctx = 0;
+    if (!g.slot_ptr || !g.slot_len || !runs || !tids) {
+        rc = sck_err(SCK_ERR_NOMEM, "sck_threads_run: out of memory for %d ranks", nranks);
+        goto out;
+    }
+    if (pthread_mutex_init(&g.mu, NULL) || pthread_cond_init(&g.cv, NULL)) {
+        rc = sck_err(SCK_ERR_COMM, "sck_threads_run: cannot create mutex/condition");
+        goto out;
+    }
+    for (; nctx < nranks; nctx++) {
+        tctx *t = malloc(sizeof *t);
+        if (!t) break;
+        t->g = &g;
+        t->rank = nctx;
+        runs[nctx].comm = sck_comm_create(&threads_ops, t, nctx, nranks);
+        if (!runs[nctx].comm) {
+            free(t);
+            break;
+        }
+        runs[nctx].fn = fn;
+        runs[nctx].arg = arg;
+    }
+    if (nctx < nranks) {
+        rc = sck_err(SCK_ERR_NOMEM, "sck_threads_run: out of memory for %d ranks", nranks);
+        goto destroy;
+    }
+    /* All threads must start, or none may run fn: a partial group would deadlock in its first
+     * collective.  Threads wait at a gate until every one of them exists. */
+    int started = 0;
+    for (; started < nranks; started++) {
+        runs[started].g = &g;
+        if (pthread_create(&tids[started], NULL, trun_main, &runs[started])) break;
+    }
+    pthread_mutex_lock(&g.mu);
+    g.go = started == nranks ? 1 : -1;
+    pthread_cond_broadcast(&g.cv);
+    pthread_mutex_unlock(&g.mu);
+    if (started < nranks) rc = sck_err(SCK_ERR_COMM, "sck_threads_run: cannot start thread for rank %d", started);
+    for (int r = 0; r < started; r++) pthread_join(tids[r], NULL);
+    for (int r = 0; r < nranks && rc == SCK_OK; r++) {
+        if (runs[r].status != SCK_OK) {
+            rc = runs[r].status;
+            sck_err_set_raw(runs[r].msg);
+        }
+    }
+    pthread_cond_destroy(&g.cv);
+    pthread_mutex_destroy(&g.mu);
+destroy:
+    for (int r = 0; r < nctx; r++) sck_comm_free(runs[r].comm);
+out:
+    free(g.slot_ptr);
+    free(g.slot_len);
+    free(runs);
+    free(tids);
+    return rc;
+}

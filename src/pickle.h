@@ -1,0 +1,101 @@
+/* pickle.h - a safe subset pickle reader (never imports or calls anything) and a pickle writer.
+ *
+ * The reader turns a pickle stream into a tree of pk_obj nodes allocated from an arena.  Globals are
+ * not resolved: a GLOBAL / STACK_GLOBAL becomes a PK_GLOBAL node after the caller's allow-list accepts
+ * (module, name); REDUCE / NEWOBJ become nodes that merely record the callable and its arguments; BUILD
+ * records the state on the object.  Interpreting those nodes (e.g. as DCP metadata) is the caller's job.
+ */
+#ifndef SCK_PICKLE_H
+#define SCK_PICKLE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "util.h"
+
+typedef enum pk_kind {
+    PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES,
+    PK_TUPLE, PK_LIST, PK_DICT, PK_SET,
+    PK_GLOBAL,   /* module, name */
+    PK_REDUCE,   /* callable = a, args = b (a tuple), state (BUILD) = state */
+    PK_NEWOBJ,   /* cls = a, args = b, state (BUILD) = state */
+    PK_PERSID    /* persistent id: a = the pid object (BINPERSID) */
+} pk_kind;
+
+typedef struct pk_obj pk_obj;
+struct pk_obj {
+    pk_kind kind;
+    int64_t i;          /* PK_BOOL (0/1), PK_INT */
+    double f;           /* PK_FLOAT */
+    char *s;            /* PK_STR / PK_BYTES data (NUL-terminated), PK_GLOBAL module */
+    size_t len;         /* PK_STR / PK_BYTES length */
+    char *name;         /* PK_GLOBAL name */
+    pk_obj **items;     /* PK_TUPLE / PK_LIST / PK_SET: n items; PK_DICT: 2n entries k0,v0,k1,v1,... */
+    size_t n;
+    size_t cap;
+    pk_obj *a, *b;      /* see kinds */
+    pk_obj *state;      /* set by BUILD on any object (NULL if none) */
+};
+
+/* Limits guarding against hostile input. */
+typedef struct pk_limits {
+    size_t max_depth;      /* nesting of stack/mark levels (default 256) */
+    size_t max_objects;    /* total nodes (default 16M or input-size based) */
+    size_t max_memo;       /* memo entries (default 16M) */
+} pk_limits;
+
+typedef struct pk_arena pk_arena;
+
+/* Returns 1 if (module, name) may appear as a global, 0 to reject it. */
+typedef int (*pk_allow_fn)(void *ctx, const char *module, const char *name);
+
+/* Parses `n` bytes of pickle data.  On success *root is the unpickled object, owned by *arena
+ * (free with pk_arena_free, also on failure when *arena is non-NULL).  `what` names the source in
+ * error messages (e.g. the file path).  limits may be NULL for defaults.
+ * Errors: SCK_ERR_FORMAT (truncated, bad opcode, stack underflow, memo miss, limits exceeded; the
+ * message gives the byte offset and opcode), SCK_ERR_UNSUPPORTED (a global rejected by `allow`,
+ * integers beyond int64), SCK_ERR_NOMEM. */
+int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, void *allow_ctx,
+             const pk_limits *limits, pk_arena **arena, pk_obj **root);
+void pk_arena_free(pk_arena *a);
+
+/* Convenience lookups (NULL if absent / wrong kind). */
+pk_obj *pk_dict_get(const pk_obj *dict, const char *key);   /* string keys only */
+int pk_is_global(const pk_obj *o, const char *module, const char *name); /* module NULL = any */
+
+/* ---- writer ---- */
+typedef struct pk_writer {
+    sck_buf *out;
+    int proto;          /* 2 or 4 */
+    /* memo of globals already emitted: "module\nname" -> memo index */
+    char **memo_keys;
+    uint32_t *memo_idx;
+    size_t memo_n, memo_cap;
+    uint32_t next_memo;
+    int err;            /* sticky: first error (SCK_ERR_NOMEM) */
+} pk_writer;
+
+/* Starts a pickle with PROTO `proto` (2 or 4). All emitters are sticky on error: check pk_finish. */
+void pk_begin(pk_writer *w, sck_buf *out, int proto);
+/* Emits STOP, frees the writer's memo, returns SCK_OK or the first error. */
+int pk_finish(pk_writer *w);
+void pk_none(pk_writer *w);
+void pk_bool(pk_writer *w, int v);
+void pk_int(pk_writer *w, int64_t v);          /* BININT1/BININT2/BININT/LONG1 as Python would */
+void pk_float(pk_writer *w, double v);         /* BINFLOAT */
+void pk_str(pk_writer *w, const char *s, size_t n);   /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE */
+void pk_cstr(pk_writer *w, const char *s);
+void pk_bytes(pk_writer *w, const void *p, size_t n); /* SHORT_BINBYTES / BINBYTES / BINBYTES8 (needs proto >= 3 semantics; emitted regardless of PROTO) */
+void pk_mark(pk_writer *w);
+void pk_tuple(pk_writer *w, size_t n);   /* n==0: EMPTY_TUPLE; 1..3: TUPLEn (no mark); else TUPLE (after pk_mark) */
+void pk_empty_list(pk_writer *w);
+void pk_appends(pk_writer *w);           /* after pk_mark + items */
+void pk_empty_dict(pk_writer *w);
+void pk_setitems(pk_writer *w);          /* after pk_mark + k,v pairs */
+void pk_global(pk_writer *w, const char *module, const char *name); /* GLOBAL (proto 2) or STACK_GLOBAL (proto 4), memoized */
+void pk_reduce(pk_writer *w);
+void pk_newobj(pk_writer *w);
+void pk_build(pk_writer *w);
+void pk_binpersid(pk_writer *w);
+
+#endif

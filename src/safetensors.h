@@ -1,0 +1,49 @@
+/* safetensors.h - the safetensors file format: 8-byte little-endian header length, a JSON header
+ * {"name": {"dtype": "F32", "shape": [..], "data_offsets": [begin, end]}, "__metadata__": {str: str}},
+ * then the byte buffer.  Offsets are relative to the end of the header. */
+#ifndef SCK_SAFETENSORS_H
+#define SCK_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardckpt.h"
+#include "util.h"
+
+typedef struct st_tensor {
+    char *name;
+    sck_dtype dtype;
+    int ndim;
+    int64_t shape[SCK_MAX_DIMS];
+    uint64_t begin, end;    /* relative to the data section */
+} st_tensor;
+
+typedef struct st_header {
+    uint64_t header_len;     /* JSON length (the u64 at offset 0) */
+    uint64_t data_start;     /* 8 + header_len */
+    st_tensor *t;            /* in file order of data_offsets */
+    size_t n;
+    sck_value *metadata;     /* "__metadata__" dict of strings, or NULL */
+} st_header;
+
+/* Parses a header from `buf` (the first bytes of a file, at least 8 bytes; pass file_size for
+ * bounds checks).  If `buf` is too short to hold the whole header, returns SCK_ERR_FORMAT only if
+ * the declared length is invalid, else sets *need to the bytes required and returns 1 (call again
+ * with more).  Checks: header length <= 100 MB and <= file_size - 8, valid UTF-8 JSON object, known
+ * dtypes, shape * elem size == end - begin, offsets within data, tensors contiguous and
+ * non-overlapping covering the data section, no duplicate names.
+ * Errors: SCK_ERR_FORMAT (message names the file `what` and the tensor), SCK_ERR_UNSUPPORTED (dtype we
+ * do not support, e.g. F8), SCK_ERR_NOMEM. */
+int st_parse_header(const uint8_t *buf, size_t buflen, uint64_t file_size, const char *what,
+                    st_header *out, uint64_t *need);
+void st_header_free(st_header *h);
+/* Index of tensor `name` or -1. */
+long st_find(const st_header *h, const char *name);
+
+/* Builds a header for tensors laid out back to back in the given order (begin/end computed and
+ * stored back into t[]).  `metadata` (dict of strings, may be NULL) becomes "__metadata__".  The
+ * JSON is padded with spaces so the data section starts 8-byte aligned, as the reference
+ * implementation does.  `out` receives the 8-byte length + JSON.  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
+int st_build_header(st_tensor *t, size_t n, const sck_value *metadata, sck_buf *out);
+
+#endif

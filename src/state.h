@@ -1,0 +1,46 @@
+/* state.h - the entries of an sck_state, as save and load see them. */
+#ifndef SCK_STATE_H
+#define SCK_STATE_H
+
+#include "box.h"
+#include "util.h"
+
+typedef enum ent_kind { ENT_TENSOR = 0, ENT_BLOB = 1, ENT_VALUE = 2 } ent_kind;
+
+typedef struct st_piece {
+    sck_box box;
+    void *data;          /* row-major over box */
+} st_piece;
+
+typedef struct st_entry {
+    char *key;
+    ent_kind kind;
+    /* tensors */
+    sck_dtype dtype;
+    int ndim;
+    int64_t shape[SCK_MAX_DIMS];
+    int replicated;
+    st_piece *pieces;
+    size_t npieces, cap;
+    /* blobs and values: `present` is 1 when the caller supplied data (save) or load filled it */
+    int present;
+    uint8_t *blob;
+    size_t blob_n;
+    sck_value *value;
+    int loaded;
+} st_entry;
+
+struct sck_state {
+    st_entry *e;
+    size_t n, cap;
+    size_t *slots;       /* open-addressing hash: index+1 of entries, 0 = empty */
+    size_t nslots;
+    char **unexpected;   /* filled by sck_load */
+    size_t nunexpected;
+};
+
+st_entry *state_find(const sck_state *st, const char *key);
+void state_clear_unexpected(sck_state *st);
+int state_add_unexpected(sck_state *st, const char *key);
+
+#endif

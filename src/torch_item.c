@@ -1,0 +1,412 @@
+/* torch_item.c - encode and decode the data.pkl of DCP items without running any Python. */
+#include "torch_item.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "pickle.h"
+
+int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *sizes) {
+    pk_writer w;
+    int64_t numel = 1;
+    for (int i = 0; i < ndim; i++) numel *= sizes[i];
+    pk_begin(&w, out, 2);
+    pk_global(&w, "torch._utils", "_rebuild_tensor_v2");
+    pk_mark(&w);
+    /* persistent id: ('storage', torch.<X>Storage, '0', 'cpu', numel) */
+    pk_mark(&w);
+    pk_cstr(&w, "storage");
+    pk_global(&w, "torch", sck_dtype_storage_name(dt));
+    pk_cstr(&w, "0");
+    pk_cstr(&w, "cpu");
+    pk_int(&w, numel);
+    pk_tuple(&w, 5);
+    pk_binpersid(&w);
+    pk_int(&w, 0); /* storage offset */
+    pk_mark(&w);
+    for (int i = 0; i < ndim; i++) pk_int(&w, sizes[i]);
+    pk_tuple(&w, (size_t)ndim);
+    int64_t stride[SCK_MAX_DIMS];
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        stride[i] = s;
+        s *= sizes[i] ? sizes[i] : 1;
+    }
+    pk_mark(&w);
+    for (int i = 0; i < ndim; i++) pk_int(&w, stride[i]);
+    pk_tuple(&w, (size_t)ndim);
+    pk_bool(&w, 0); /* requires_grad */
+    pk_global(&w, "collections", "OrderedDict");
+    pk_tuple(&w, 0);
+    pk_reduce(&w); /* backward_hooks */
+    pk_tuple(&w, 6);
+    pk_reduce(&w);
+    return pk_finish(&w);
+}
+
+/* Explicit stack so deeply nested user values cannot overflow the C stack. */
+typedef struct enc_frame {
+    const sck_value *v;
+    size_t next;
+} enc_frame;
+
+int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
+    pk_writer w;
+    pk_begin(&w, out, 2);
+    size_t cap = 64, depth = 0;
+    enc_frame stack_small[64];
+    enc_frame *stack = stack_small;
+    int rc = SCK_OK;
+    const sck_value *v = root;
+    for (;;) {
+        /* emit v (scalars fully, containers opened and pushed) */
+        switch (sck_value_kind_of(v)) {
+        case SCK_VAL_NULL: pk_none(&w); break;
+        case SCK_VAL_BOOL: pk_bool(&w, sck_value_get_bool(v)); break;
+        case SCK_VAL_INT: pk_int(&w, sck_value_get_int(v)); break;
+        case SCK_VAL_FLOAT: pk_float(&w, sck_value_get_float(v)); break;
+        case SCK_VAL_STRING: {
+            size_t n;
+            const char *s = sck_value_get_string(v, &n);
+            pk_str(&w, s, n);
+            break;
+        }
+        case SCK_VAL_BYTES: {
+            size_t n;
+            const char *s = sck_value_get_string(v, &n);
+            pk_bytes(&w, s, n);
+            break;
+        }
+        case SCK_VAL_LIST:
+        case SCK_VAL_DICT:
+            if (sck_value_kind_of(v) == SCK_VAL_LIST) pk_empty_list(&w);
+            else pk_empty_dict(&w);
+            if (sck_value_len(v) == 0) break;
+            if (depth == cap) {
+                enc_frame *ns = malloc(cap * 2 * sizeof *ns);
+                if (!ns) {
+                    rc = sck_err(SCK_ERR_NOMEM, "out of memory encoding a value");
+                    goto done;
+                }
+                memcpy(ns, stack, depth * sizeof *ns);
+                if (stack != stack_small) free(stack);
+                stack = ns;
+                cap *= 2;
+            }
+            stack[depth].v = v;
+            stack[depth].next = 0;
+            depth++;
+            pk_mark(&w);
+            break;
+        }
+        /* advance to the next item to emit, closing finished containers */
+        for (;;) {
+            if (depth == 0) goto done;
+            enc_frame *f = &stack[depth - 1];
+            if (f->next < sck_value_len(f->v)) {
+                size_t i = f->next++;
+                if (sck_value_kind_of(f->v) == SCK_VAL_DICT) pk_cstr(&w, sck_value_key_at(f->v, i));
+                v = sck_value_at(f->v, i);
+                break;
+            }
+            if (sck_value_kind_of(f->v) == SCK_VAL_LIST) pk_appends(&w);
+            else pk_setitems(&w);
+            depth--;
+        }
+    }
+done:
+    if (stack != stack_small) free(stack);
+    int frc = pk_finish(&w);
+    if (rc) return rc;
+    if (frc) return sck_err(frc, "out of memory encoding a value");
+    return SCK_OK;
+}
+
+void ti_entries(zip_entry *e, size_t *n, const sck_buf *pkl, const void *payload, uint64_t payload_len,
+                uint32_t payload_crc) {
+    size_t k = 0;
+    e[k].name = "data.pkl";
+    e[k].data = pkl->data;
+    e[k].size = pkl->len;
+    e[k].crc = sck_crc32(0, pkl->data, pkl->len);
+    k++;
+    e[k].name = "byteorder";
+    e[k].data = "little";
+    e[k].size = 6;
+    e[k].crc = sck_crc32(0, "little", 6);
+    k++;
+    if (payload) {
+        e[k].name = "data/0";
+        e[k].data = payload;
+        e[k].size = payload_len;
+        e[k].crc = payload_crc;
+        k++;
+    }
+    e[k].name = "version";
+    e[k].data = "3\n";
+    e[k].size = 2;
+    e[k].crc = sck_crc32(0, "3\n", 2);
+    k++;
+    *n = k;
+}
+
+/* ---- decoding ---- */
+
+static int allow_tensor(void *ctx, const char *module, const char *name) {
+    (void)ctx;
+    sck_dtype dt;
+    if (!strcmp(module, "torch._utils"))
+        return !strcmp(name, "_rebuild_tensor_v2") || !strcmp(name, "_rebuild_tensor_v3") ||
+               !strcmp(name, "_rebuild_tensor");
+    if (!strcmp(module, "collections")) return !strcmp(name, "OrderedDict");
+    if (!strcmp(module, "torch"))
+        return !strcmp(name, "UntypedStorage") || sck_dtype_from_storage_name(name, &dt) == SCK_OK ||
+               sck_dtype_from_name(name, &dt) == SCK_OK || strstr(name, "Storage") != NULL;
+    return 0;
+}
+
+static int get_int(const pk_obj *o, int64_t *out) {
+    if (!o || (o->kind != PK_INT && o->kind != PK_BOOL)) return 0;
+    *out = o->i;
+    return 1;
+}
+
+static int get_dims(const pk_obj *o, int *ndim, int64_t *dims) {
+    /* a plain tuple, or torch.Size((...)) */
+    if (o && o->kind == PK_REDUCE && o->b && o->b->kind == PK_TUPLE && o->b->n == 1) o = o->b->items[0];
+    if (!o || (o->kind != PK_TUPLE && o->kind != PK_LIST) || o->n > SCK_MAX_DIMS) return 0;
+    for (size_t i = 0; i < o->n; i++) {
+        if (!get_int(o->items[i], &dims[i])) return 0;
+    }
+    *ndim = (int)o->n;
+    return 1;
+}
+
+int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out) {
+    pk_arena *arena = NULL;
+    pk_obj *root = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = pk_parse(pkl, n, what, allow_tensor, NULL, NULL, &arena, &root);
+    if (rc) {
+        pk_arena_free(arena);
+        return rc;
+    }
+    rc = SCK_ERR_FORMAT;
+    const char *why = "not a tensor (expected torch._utils._rebuild_tensor_v2(...))";
+    if (root->kind != PK_REDUCE || !root->a || root->a->kind != PK_GLOBAL || !root->b || root->b->kind != PK_TUPLE) goto bad;
+    int v3 = !strcmp(root->a->name, "_rebuild_tensor_v3");
+    if (strcmp(root->a->name, "_rebuild_tensor_v2") && !v3) goto bad;
+    pk_obj *args = root->b;
+    if (args->n < (v3 ? 7u : 4u)) {
+        why = "too few arguments to _rebuild_tensor";
+        goto bad;
+    }
+    pk_obj *pid = args->items[0];
+    if (!pid || pid->kind != PK_PERSID || !pid->a || pid->a->kind != PK_TUPLE || pid->a->n < 5) {
+        why = "storage is not a persistent id ('storage', type, key, location, size)";
+        goto bad;
+    }
+    pk_obj **p = pid->a->items;
+    if (p[0]->kind != PK_STR || strcmp(p[0]->s, "storage") || p[1]->kind != PK_GLOBAL || p[2]->kind != PK_STR) {
+        why = "malformed storage persistent id";
+        goto bad;
+    }
+    int64_t numel;
+    if (!get_int(p[4], &numel) || numel < 0) {
+        why = "malformed storage size";
+        goto bad;
+    }
+    if (p[2]->len >= sizeof out->storage_key) {
+        why = "storage key too long";
+        goto bad;
+    }
+    memcpy(out->storage_key, p[2]->s, p[2]->len + 1);
+    int untyped = !strcmp(p[1]->name, "UntypedStorage");
+    if (v3) {
+        pk_obj *d = args->items[6];
+        if (!d || d->kind != PK_GLOBAL || strcmp(d->s, "torch") || sck_dtype_from_name(d->name, &out->dtype)) {
+            pk_arena_free(arena);
+            return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor dtype %s is not supported", what,
+                           d && d->kind == PK_GLOBAL ? d->name : "?");
+        }
+    } else if (untyped) {
+        why = "UntypedStorage without a dtype";
+        goto bad;
+    } else if (sck_dtype_from_storage_name(p[1]->name, &out->dtype)) {
+        pk_arena_free(arena);
+        return sck_err(SCK_ERR_UNSUPPORTED, "%s: storage type torch.%s is not supported", what, p[1]->name);
+    }
+    size_t elem = sck_dtype_size(out->dtype);
+    if (untyped) out->storage_bytes = (uint64_t)numel;
+    else if (sck_mul_overflow_u64((uint64_t)numel, elem, &out->storage_bytes)) {
+        why = "storage size overflows";
+        goto bad;
+    }
+    int nd2;
+    if (!get_int(args->items[1], &out->storage_offset) || out->storage_offset < 0 ||
+        !get_dims(args->items[2], &out->ndim, out->size) || !get_dims(args->items[3], &nd2, out->stride) || nd2 != out->ndim) {
+        why = "malformed storage offset, size or stride";
+        goto bad;
+    }
+    /* Every addressed element must lie inside the storage: offset + sum((size-1)*stride) < numel. */
+    uint64_t last = (uint64_t)out->storage_offset, any_empty = 0;
+    for (int i = 0; i < out->ndim; i++) {
+        if (out->size[i] < 0 || out->stride[i] < 0) {
+            why = "negative size or stride";
+            goto bad;
+        }
+        if (out->size[i] == 0) any_empty = 1;
+        uint64_t t;
+        if (out->size[i] > 0 && (sck_mul_overflow_u64((uint64_t)(out->size[i] - 1), (uint64_t)out->stride[i], &t) ||
+                                 sck_add_overflow_u64(last, t, &last))) {
+            why = "size/stride overflow";
+            goto bad;
+        }
+    }
+    uint64_t end_bytes;
+    if (!any_empty && (sck_add_overflow_u64(last, 1, &end_bytes) || sck_mul_overflow_u64(end_bytes, elem, &end_bytes) ||
+                       end_bytes > out->storage_bytes)) {
+        why = "size/stride/offset address elements beyond the storage";
+        goto bad;
+    }
+    pk_arena_free(arena);
+    return SCK_OK;
+bad:
+    pk_arena_free(arena);
+    return sck_err(rc, "%s: data.pkl: %s", what, why);
+}
+
+/* ---- plain values ---- */
+
+static int allow_value(void *ctx, const char *module, const char *name) {
+    (void)ctx;
+    return (!strcmp(module, "collections") && !strcmp(name, "OrderedDict")) ||
+           (!strcmp(module, "_codecs") && !strcmp(name, "encode")) ||
+           (!strcmp(module, "builtins") && (!strcmp(name, "bytearray") || !strcmp(name, "set") || !strcmp(name, "frozenset")));
+}
+
+#define VALUE_MAX_DEPTH 200
+
+static int to_value(const pk_obj *o, const char *what, int depth, sck_value **out);
+
+static int key_string(const pk_obj *k, char *buf, size_t cap, const char **s) {
+    if (k->kind == PK_STR) {
+        *s = k->s;
+        return 1;
+    }
+    if (k->kind == PK_INT) {
+        snprintf(buf, cap, "%lld", (long long)k->i);
+        *s = buf;
+        return 1;
+    }
+    return 0;
+}
+
+static int dict_items_to_value(const pk_obj *o, const char *what, int depth, sck_value **out) {
+    sck_value *d = sck_value_dict();
+    if (!d) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+    for (size_t i = 0; i < o->n; i++) {
+        char buf[32];
+        const char *ks;
+        if (!key_string(o->items[2 * i], buf, sizeof buf, &ks)) {
+            sck_value_free(d);
+            return sck_err(SCK_ERR_UNSUPPORTED, "%s: dict key of unsupported type (only str and int keys)", what);
+        }
+        sck_value *item;
+        int rc = to_value(o->items[2 * i + 1], what, depth + 1, &item);
+        if (rc || (rc = sck_value_dict_set(d, ks, item))) {
+            sck_value_free(d);
+            return rc == SCK_ERR_NOMEM ? sck_err(rc, "%s: out of memory", what) : rc;
+        }
+    }
+    *out = d;
+    return SCK_OK;
+}
+
+static int seq_to_value(pk_obj *const *items, size_t n, const char *what, int depth, sck_value **out) {
+    sck_value *l = sck_value_list();
+    if (!l) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+    for (size_t i = 0; i < n; i++) {
+        sck_value *item;
+        int rc = to_value(items[i], what, depth + 1, &item);
+        if (rc || (rc = sck_value_list_append(l, item))) {
+            sck_value_free(l);
+            return rc == SCK_ERR_NOMEM ? sck_err(rc, "%s: out of memory", what) : rc;
+        }
+    }
+    *out = l;
+    return SCK_OK;
+}
+
+static int to_value(const pk_obj *o, const char *what, int depth, sck_value **out) {
+    *out = NULL;
+    if (depth > VALUE_MAX_DEPTH) return sck_err(SCK_ERR_FORMAT, "%s: value nested deeper than %d", what, VALUE_MAX_DEPTH);
+    sck_value *v = NULL;
+    switch (o->kind) {
+    case PK_NONE: v = sck_value_null(); break;
+    case PK_BOOL: v = sck_value_bool((int)o->i); break;
+    case PK_INT: v = sck_value_int(o->i); break;
+    case PK_FLOAT: v = sck_value_float(o->f); break;
+    case PK_STR: v = sck_value_string_n(o->s, o->len); break;
+    case PK_BYTES: v = sck_value_bytes(o->s, o->len); break;
+    case PK_TUPLE:
+    case PK_LIST:
+    case PK_SET: return seq_to_value(o->items, o->n, what, depth, out);
+    case PK_DICT: return dict_items_to_value(o, what, depth, out);
+    case PK_REDUCE:
+        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "OrderedDict")) {
+            /* OrderedDict() followed by SETITEMS lands its pairs in the node's items */
+            return dict_items_to_value(o, what, depth, out);
+        }
+        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "encode") && o->b && o->b->kind == PK_TUPLE &&
+            o->b->n == 2 && o->b->items[0]->kind == PK_STR) {
+            /* protocol-2 bytes: _codecs.encode(str_of_latin1_chars, 'latin1') */
+            const pk_obj *s = o->b->items[0];
+            uint8_t *raw = malloc(s->len ? s->len : 1);
+            if (!raw) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+            size_t k = 0;
+            for (size_t i = 0; i < s->len; i++) {
+                uint8_t c = (uint8_t)s->s[i];
+                if (c >= 0xC0 && c <= 0xC3 && i + 1 < s->len) {
+                    raw[k++] = (uint8_t)(((c & 0x03) << 6) | ((uint8_t)s->s[++i] & 0x3F));
+                } else if (c < 0x80) {
+                    raw[k++] = c;
+                } else {
+                    free(raw);
+                    return sck_err(SCK_ERR_FORMAT, "%s: bytes encoded with characters outside latin-1", what);
+                }
+            }
+            v = sck_value_bytes(raw, k);
+            free(raw);
+            break;
+        }
+        if (o->a && o->a->kind == PK_GLOBAL && o->b && o->b->kind == PK_TUPLE && o->b->n >= 1 &&
+            (!strcmp(o->a->name, "set") || !strcmp(o->a->name, "frozenset"))) {
+            const pk_obj *seq = o->b->items[0];
+            if (seq->kind == PK_LIST || seq->kind == PK_TUPLE) return seq_to_value(seq->items, seq->n, what, depth, out);
+        }
+        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "bytearray") && o->b && o->b->kind == PK_TUPLE &&
+            o->b->n >= 1 && o->b->items[0]->kind == PK_BYTES) {
+            v = sck_value_bytes(o->b->items[0]->s, o->b->items[0]->len);
+            break;
+        }
+        /* fallthrough */
+    default:
+        return sck_err(SCK_ERR_UNSUPPORTED, "%s: object of type %s.%s cannot be represented as a value", what,
+                       o->a && o->a->kind == PK_GLOBAL ? o->a->s : "?", o->a && o->a->kind == PK_GLOBAL ? o->a->name : "?");
+    }
+    if (!v) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+    *out = v;
+    return SCK_OK;
+}
+
+int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out) {
+    pk_arena *arena = NULL;
+    pk_obj *root = NULL;
+    *out = NULL;
+    int rc = pk_parse(pkl, n, what, allow_value, NULL, NULL, &arena, &root);
+    if (rc == SCK_OK) rc = to_value(root, what, 0, out);
+    pk_arena_free(arena);
+    return rc;
+}

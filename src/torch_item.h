@@ -1,0 +1,39 @@
+/* torch_item.h - the torch.save archives DCP stores per item: a tensor (data.pkl calling
+ * torch._utils._rebuild_tensor_v2 on one storage "data/0") or a plain Python object. */
+#ifndef SCK_TORCH_ITEM_H
+#define SCK_TORCH_ITEM_H
+
+#include "util.h"
+#include "zip.h"
+
+/* data.pkl (pickle protocol 2, as torch.save writes) for a contiguous tensor of `sizes` stored in
+ * storage "0" at offset 0.  Errors: SCK_ERR_NOMEM. */
+int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *sizes);
+/* data.pkl for a plain value (dict, list, str, int, float, bool, None, bytes).  Errors: SCK_ERR_NOMEM. */
+int ti_encode_value_pkl(sck_buf *out, const sck_value *v);
+
+/* The records of a torch.save archive holding `pkl` and optionally one storage payload.  Fills
+ * e[0..*n) (names point to static strings); payload may be NULL for a value archive. */
+void ti_entries(zip_entry *e, size_t *n, const sck_buf *pkl, const void *payload, uint64_t payload_len,
+                uint32_t payload_crc);
+
+typedef struct ti_tensor {
+    sck_dtype dtype;
+    int ndim;
+    int64_t size[SCK_MAX_DIMS];
+    int64_t stride[SCK_MAX_DIMS];
+    int64_t storage_offset;       /* elements */
+    char storage_key[64];         /* record "data/<key>" */
+    uint64_t storage_bytes;       /* declared storage size in bytes */
+} ti_tensor;
+
+/* Decodes a tensor data.pkl (torch._utils._rebuild_tensor_v2 / _v3, legacy typed storages or
+ * UntypedStorage).  Checks that every element addressed by size/stride/offset lies in the storage.
+ * Errors: SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED (dtype, quantized tensors ...), SCK_ERR_NOMEM. */
+int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out);
+/* Decodes a data.pkl holding a plain Python object into a value (tuples and sets become lists,
+ * OrderedDict a dict, int dict keys their decimal strings).  Errors: SCK_ERR_FORMAT,
+ * SCK_ERR_UNSUPPORTED (objects of other classes; the message names the class), SCK_ERR_NOMEM. */
+int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out);
+
+#endif

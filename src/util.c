@@ -1,0 +1,300 @@
+/* util.c - thread-local error messages, byte buffers, file helpers and dtype tables. */
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define SCK_ERRMSG_MAX 1024
+
+static _Thread_local char g_errmsg[SCK_ERRMSG_MAX];
+
+const char *sck_last_error(void) { return g_errmsg; }
+
+void sck_err_clear(void) { g_errmsg[0] = 0; }
+
+void sck_err_set_raw(const char *msg) { snprintf(g_errmsg, sizeof g_errmsg, "%s", msg ? msg : ""); }
+
+int sck_err(int status, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    return status;
+}
+
+int sck_err_errno(int status, int errno_value, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    if (k >= 0 && (size_t)k < sizeof g_errmsg)
+        snprintf(g_errmsg + k, sizeof g_errmsg - (size_t)k, ": %s", strerror(errno_value));
+    return status;
+}
+
+int sck_err_wrap(int status, const char *fmt, ...) {
+    char prev[SCK_ERRMSG_MAX];
+    memcpy(prev, g_errmsg, sizeof prev);
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    va_end(ap);
+    if (k >= 0 && (size_t)k + 2 < sizeof g_errmsg) {
+        size_t room = sizeof g_errmsg - (size_t)k - 3, plen = strlen(prev);
+        if (plen > room) plen = room;
+        memcpy(g_errmsg + k, ": ", 2);
+        memcpy(g_errmsg + k + 2, prev, plen);
+        g_errmsg[(size_t)k + 2 + plen] = 0;
+    }
+    return status;
+}
+
+const char *sck_status_name(int status) {
+    switch (status) {
+    case SCK_OK: return "SCK_OK";
+    case SCK_ERR_INVALID_ARG: return "SCK_ERR_INVALID_ARG";
+    case SCK_ERR_NOMEM: return "SCK_ERR_NOMEM";
+    case SCK_ERR_IO: return "SCK_ERR_IO";
+    case SCK_ERR_FORMAT: return "SCK_ERR_FORMAT";
+    case SCK_ERR_UNSUPPORTED: return "SCK_ERR_UNSUPPORTED";
+    case SCK_ERR_MISSING_KEY: return "SCK_ERR_MISSING_KEY";
+    case SCK_ERR_UNEXPECTED_KEY: return "SCK_ERR_UNEXPECTED_KEY";
+    case SCK_ERR_MISMATCH: return "SCK_ERR_MISMATCH";
+    case SCK_ERR_COVERAGE: return "SCK_ERR_COVERAGE";
+    case SCK_ERR_COMM: return "SCK_ERR_COMM";
+    case SCK_ERR_PEER: return "SCK_ERR_PEER";
+    case SCK_ERR_CHECKSUM: return "SCK_ERR_CHECKSUM";
+    default: return "SCK_ERR_UNKNOWN";
+    }
+}
+
+/* ---- buffers ---- */
+
+void sck_buf_init(sck_buf *b) { b->data = NULL; b->len = b->cap = 0; }
+
+void sck_buf_free(sck_buf *b) {
+    free(b->data);
+    sck_buf_init(b);
+}
+
+int sck_buf_reserve(sck_buf *b, size_t extra) {
+    if (extra > SIZE_MAX - b->len) return SCK_ERR_NOMEM;
+    size_t need = b->len + extra;
+    if (need <= b->cap) return SCK_OK;
+    size_t cap = b->cap ? b->cap : 256;
+    while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
+    uint8_t *p = realloc(b->data, cap);
+    if (!p) return SCK_ERR_NOMEM;
+    b->data = p;
+    b->cap = cap;
+    return SCK_OK;
+}
+
+int sck_buf_append(sck_buf *b, const void *p, size_t n) {
+    if (n == 0) return SCK_OK;
+    if (sck_buf_reserve(b, n)) return SCK_ERR_NOMEM;
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+    return SCK_OK;
+}
+
+int sck_buf_zero(sck_buf *b, size_t n) {
+    if (n == 0) return SCK_OK;
+    if (sck_buf_reserve(b, n)) return SCK_ERR_NOMEM;
+    memset(b->data + b->len, 0, n);
+    b->len += n;
+    return SCK_OK;
+}
+
+int sck_buf_put_u8(sck_buf *b, uint8_t v) { return sck_buf_append(b, &v, 1); }
+
+int sck_buf_put_le16(sck_buf *b, uint16_t v) {
+    uint8_t t[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
+    return sck_buf_append(b, t, 2);
+}
+
+int sck_buf_put_le32(sck_buf *b, uint32_t v) {
+    uint8_t t[4];
+    for (int i = 0; i < 4; i++) t[i] = (uint8_t)(v >> (8 * i));
+    return sck_buf_append(b, t, 4);
+}
+
+int sck_buf_put_le64(sck_buf *b, uint64_t v) {
+    uint8_t t[8];
+    for (int i = 0; i < 8; i++) t[i] = (uint8_t)(v >> (8 * i));
+    return sck_buf_append(b, t, 8);
+}
+
+int sck_buf_printf(sck_buf *b, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (k < 0) return SCK_ERR_NOMEM;
+    if (sck_buf_reserve(b, (size_t)k + 1)) return SCK_ERR_NOMEM;
+    va_start(ap, fmt);
+    vsnprintf((char *)b->data + b->len, (size_t)k + 1, fmt, ap);
+    va_end(ap);
+    b->len += (size_t)k;
+    return SCK_OK;
+}
+
+char *sck_strdup(const char *s) { return sck_strndup(s, strlen(s)); }
+
+char *sck_strndup(const char *s, size_t n) {
+    char *p = malloc(n + 1);
+    if (!p) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    return p;
+}
+
+/* ---- files ---- */
+
+int sck_read_file(const char *path, uint8_t **data, size_t *len) {
+    *data = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
+    struct stat sb;
+    if (fstat(fd, &sb) != 0) {
+        int e = errno;
+        close(fd);
+        return sck_err_errno(SCK_ERR_IO, e, "%s: cannot stat", path);
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        close(fd);
+        return sck_err(SCK_ERR_IO, "%s: not a regular file", path);
+    }
+    size_t n = (size_t)sb.st_size;
+    uint8_t *p = malloc(n ? n : 1);
+    if (!p) {
+        close(fd);
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
+    }
+    int rc = sck_pread_full(fd, p, n, 0, path);
+    close(fd);
+    if (rc) {
+        free(p);
+        return rc;
+    }
+    *data = p;
+    *len = n;
+    return SCK_OK;
+}
+
+int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) {
+    uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done;
+        if (want > (1u << 30)) want = 1u << 30;
+        ssize_t r = pread(fd, p + done, want, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sck_err_errno(SCK_ERR_IO, errno, "%s: read of %zu bytes at offset %llu failed", path, n,
+                                 (unsigned long long)off);
+        }
+        if (r == 0)
+            return sck_err(SCK_ERR_FORMAT, "%s: truncated: wanted %zu bytes at offset %llu, file ends at %llu", path,
+                           n, (unsigned long long)off, (unsigned long long)(off + done));
+        done += (size_t)r;
+    }
+    return SCK_OK;
+}
+
+int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
+    const uint8_t *p = buf;
+    size_t done = 0;
+    while (done < n) {
+        size_t want = n - done;
+        if (want > (1u << 30)) want = 1u << 30;
+        ssize_t r = pwrite(fd, p + done, want, (off_t)(off + done));
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %zu bytes at offset %llu failed", path, n,
+                                 (unsigned long long)(off + done));
+        }
+        if (r == 0) return sck_err(SCK_ERR_IO, "%s: write returned 0 at offset %llu", path, (unsigned long long)(off + done));
+        done += (size_t)r;
+    }
+    return SCK_OK;
+}
+
+/* ---- dtypes ---- */
+
+typedef struct {
+    const char *name;     /* our canonical name == torch attribute name */
+    size_t size;
+    const char *storage;  /* legacy torch storage class */
+    const char *st;       /* safetensors name */
+} dtype_info;
+
+static const dtype_info g_dtypes[SCK_DTYPE_COUNT] = {
+    [SCK_F32] = {"float32", 4, "FloatStorage", "F32"},
+    [SCK_F64] = {"float64", 8, "DoubleStorage", "F64"},
+    [SCK_F16] = {"float16", 2, "HalfStorage", "F16"},
+    [SCK_BF16] = {"bfloat16", 2, "BFloat16Storage", "BF16"},
+    [SCK_I8] = {"int8", 1, "CharStorage", "I8"},
+    [SCK_I16] = {"int16", 2, "ShortStorage", "I16"},
+    [SCK_I32] = {"int32", 4, "IntStorage", "I32"},
+    [SCK_I64] = {"int64", 8, "LongStorage", "I64"},
+    [SCK_U8] = {"uint8", 1, "ByteStorage", "U8"},
+    [SCK_BOOL] = {"bool", 1, "BoolStorage", "BOOL"},
+};
+
+static int dtype_ok(sck_dtype dt) { return (int)dt >= 0 && dt < SCK_DTYPE_COUNT; }
+
+size_t sck_dtype_size(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].size : 0; }
+const char *sck_dtype_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].name : "?"; }
+const char *sck_dtype_torch_name(sck_dtype dt) { return sck_dtype_name(dt); }
+const char *sck_dtype_storage_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].storage : "?"; }
+const char *sck_dtype_st_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].st : "?"; }
+
+int sck_dtype_from_name(const char *name, sck_dtype *out) {
+    static const struct { const char *alias; sck_dtype dt; } aliases[] = {
+        {"float", SCK_F32}, {"double", SCK_F64}, {"half", SCK_F16}, {"long", SCK_I64},
+        {"int", SCK_I32}, {"short", SCK_I16}, {"f32", SCK_F32}, {"f64", SCK_F64}, {"f16", SCK_F16},
+        {"bf16", SCK_BF16}, {"i8", SCK_I8}, {"i16", SCK_I16}, {"i32", SCK_I32}, {"i64", SCK_I64},
+        {"u8", SCK_U8},
+    };
+    if (!name || !out) return SCK_ERR_INVALID_ARG;
+    for (int i = 0; i < SCK_DTYPE_COUNT; i++) {
+        if (!strcmp(name, g_dtypes[i].name) || !strcmp(name, g_dtypes[i].st)) {
+            *out = (sck_dtype)i;
+            return SCK_OK;
+        }
+    }
+    for (size_t i = 0; i < sizeof aliases / sizeof aliases[0]; i++) {
+        if (!strcmp(name, aliases[i].alias)) {
+            *out = aliases[i].dt;
+            return SCK_OK;
+        }
+    }
+    return SCK_ERR_INVALID_ARG;
+}
+
+int sck_dtype_from_storage_name(const char *name, sck_dtype *out) {
+    for (int i = 0; i < SCK_DTYPE_COUNT; i++) {
+        if (!strcmp(name, g_dtypes[i].storage)) {
+            *out = (sck_dtype)i;
+            return SCK_OK;
+        }
+    }
+    return SCK_ERR_UNSUPPORTED;
+}
+
+int sck_numel(int ndim, const int64_t *shape, uint64_t *out) {
+    uint64_t n = 1;
+    for (int i = 0; i < ndim; i++) {
+        if (shape[i] < 0) return 1;
+        if (sck_mul_overflow_u64(n, (uint64_t)shape[i], &n)) return 1;
+    }
+    *out = n;
+    return 0;
+}

@@ -1,0 +1,85 @@
+/* util.h - error reporting, growable byte buffers and small helpers shared by every module. */
+#ifndef SCK_UTIL_H
+#define SCK_UTIL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "shardckpt.h"
+
+#if defined(__GNUC__) || defined(__clang__)
+#define SCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SCK_PRINTF(a, b)
+#endif
+
+/* Records `status` and a formatted message as this thread's last error and returns `status`,
+ * so callers can write `return sck_err(SCK_ERR_FORMAT, "%s: bad magic at offset %llu", path, off);`. */
+int sck_err(int status, const char *fmt, ...) SCK_PRINTF(2, 3);
+/* Like sck_err but appends ": strerror(errno_value)". */
+int sck_err_errno(int status, int errno_value, const char *fmt, ...) SCK_PRINTF(3, 4);
+/* Prefixes the current message with "<prefix>: " (keeps the status), returns `status`. */
+int sck_err_wrap(int status, const char *fmt, ...) SCK_PRINTF(2, 3);
+/* Sets the last error verbatim (used to replicate a peer's error). */
+void sck_err_set_raw(const char *msg);
+void sck_err_clear(void);
+
+/* Growable byte buffer.  All functions return SCK_OK or SCK_ERR_NOMEM. */
+typedef struct sck_buf {
+    uint8_t *data;
+    size_t len;
+    size_t cap;
+} sck_buf;
+
+void sck_buf_init(sck_buf *b);
+void sck_buf_free(sck_buf *b);
+int sck_buf_reserve(sck_buf *b, size_t extra);
+int sck_buf_append(sck_buf *b, const void *p, size_t n);
+int sck_buf_put_u8(sck_buf *b, uint8_t v);
+int sck_buf_put_le16(sck_buf *b, uint16_t v);
+int sck_buf_put_le32(sck_buf *b, uint32_t v);
+int sck_buf_put_le64(sck_buf *b, uint64_t v);
+int sck_buf_printf(sck_buf *b, const char *fmt, ...) SCK_PRINTF(2, 3);
+/* Appends n zero bytes. */
+int sck_buf_zero(sck_buf *b, size_t n);
+
+/* Little-endian loads from memory. */
+static inline uint16_t sck_le16(const uint8_t *p) { return (uint16_t)(p[0] | (p[1] << 8)); }
+static inline uint32_t sck_le32(const uint8_t *p) {
+    return (uint32_t)p[0] | ((uint32_t)p[1] << 8) | ((uint32_t)p[2] << 16) | ((uint32_t)p[3] << 24);
+}
+static inline uint64_t sck_le64(const uint8_t *p) { return (uint64_t)sck_le32(p) | ((uint64_t)sck_le32(p + 4) << 32); }
+
+/* Checked arithmetic: return 0 on success, 1 on overflow. */
+static inline int sck_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    if (a != 0 && b > UINT64_MAX / a) return 1;
+    *out = a * b;
+    return 0;
+}
+static inline int sck_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
+    if (b > UINT64_MAX - a) return 1;
+    *out = a + b;
+    return 0;
+}
+
+/* strdup that reports nothing (caller maps NULL to SCK_ERR_NOMEM). */
+char *sck_strdup(const char *s);
+char *sck_strndup(const char *s, size_t n);
+
+/* Whole-file helpers with errors naming the path. */
+int sck_read_file(const char *path, uint8_t **data, size_t *len);
+/* pread/pwrite that loop over short transfers; short read past EOF is SCK_ERR_FORMAT ("truncated"). */
+int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
+int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);
+
+/* Torch names for dtypes. */
+const char *sck_dtype_torch_name(sck_dtype dt);    /* "float32" -> used as torch.<name> */
+const char *sck_dtype_storage_name(sck_dtype dt);  /* "FloatStorage" */
+const char *sck_dtype_st_name(sck_dtype dt);       /* safetensors: "F32" */
+int sck_dtype_from_storage_name(const char *name, sck_dtype *out);
+
+/* Product of dims with overflow check; returns 1 on overflow. */
+int sck_numel(int ndim, const int64_t *shape, uint64_t *out);
+
+#endif
