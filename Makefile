@@ -54,6 +54,16 @@ $(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
 
+$(BUILD)/examples/%: examples/%.c $(BUILD)/libshardckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+
+# The main job's demo: 4 ranks save a sharded tensor, 2 ranks load it resharded, then inspect it.
+demo: all $(BUILD)/examples/quickstart
+	@rm -rf $(BUILD)/demo_ckpt
+	$(BUILD)/examples/quickstart $(BUILD)/demo_ckpt
+	$(BUILD)/bin/shardckpt inspect $(BUILD)/demo_ckpt
+
 # The one test command (README, CI): C unit tests, the same under ASan+UBSan, torch interop.
 test: all tests
 	@sh tests/run_all.sh

@@ -198,6 +198,12 @@ void sck_comm_free(sck_comm *comm);
 int sck_comm_rank(const sck_comm *comm);
 int sck_comm_size(const sck_comm *comm);
 
+/** Collective: every rank passes its own status (message in sck_last_error()).  Every rank
+ *  returns the status of the lowest-numbered failing rank, its message prefixed "rank R: ",
+ *  or SCK_OK if all succeeded.  Use it before any collective that a local failure would skip.
+ *  Errors also: SCK_ERR_COMM, SCK_ERR_NOMEM. */
+int sck_comm_agree(sck_comm *comm, int status);
+
 /** Threads backend: runs fn(comm, arg) on `nranks` threads, each with its own
  *  communicator of rank r of nranks, and waits for all.  The communicators
  *  are freed when the threads end.  Returns SCK_OK if every fn returned

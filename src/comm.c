@@ -117,3 +117,8 @@ int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t
 }
 
 int comm_agree(sck_comm *c, int local_status) { return comm_agree_gather(c, local_status, NULL, 0, NULL, NULL); }
+
+int sck_comm_agree(sck_comm *c, int status) {
+    if (!c) return status;
+    return comm_agree(c, status);
+}

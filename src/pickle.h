@@ -4,6 +4,11 @@
  * not resolved: a GLOBAL / STACK_GLOBAL becomes a PK_GLOBAL node after the caller's allow-list accepts
  * (module, name); REDUCE / NEWOBJ become nodes that merely record the callable and its arguments; BUILD
  * records the state on the object.  Interpreting those nodes (e.g. as DCP metadata) is the caller's job.
+ *
+ * The result is a DAG: memo references (GET) share nodes, so one node may appear in several places.
+ * Recursive objects (a container that ends up inside itself) are rejected with SCK_ERR_UNSUPPORTED:
+ * to guarantee that cheaply, APPEND(S)/SETITEM(S)/ADDITEMS/BUILD may only modify an object that is
+ * not yet stored inside another object, which is always the case for pickles of non-recursive data.
  */
 #ifndef SCK_PICKLE_H
 #define SCK_PICKLE_H
@@ -17,8 +22,8 @@ typedef enum pk_kind {
     PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES,
     PK_TUPLE, PK_LIST, PK_DICT, PK_SET,
     PK_GLOBAL,   /* module, name */
-    PK_REDUCE,   /* callable = a, args = b (a tuple), state (BUILD) = state */
-    PK_NEWOBJ,   /* cls = a, args = b, state (BUILD) = state */
+    PK_REDUCE,   /* callable = a, args = b (a tuple), state (BUILD) = state; items/n: see below */
+    PK_NEWOBJ,   /* cls = a, args = b (a tuple), state (BUILD) = state; items/n: see below */
     PK_PERSID    /* persistent id: a = the pid object (BINPERSID) */
 } pk_kind;
 
@@ -30,38 +35,47 @@ struct pk_obj {
     char *s;            /* PK_STR / PK_BYTES data (NUL-terminated), PK_GLOBAL module */
     size_t len;         /* PK_STR / PK_BYTES length */
     char *name;         /* PK_GLOBAL name */
-    pk_obj **items;     /* PK_TUPLE / PK_LIST / PK_SET: n items; PK_DICT: 2n entries k0,v0,k1,v1,... */
+    pk_obj **items;     /* PK_TUPLE / PK_LIST / PK_SET: n items; PK_DICT: 2n entries k0,v0,k1,v1,...
+                         * PK_REDUCE / PK_NEWOBJ: dict items added by SETITEM(S) (e.g. collections.
+                         * OrderedDict), laid out like PK_DICT.  Duplicate keys are all kept, in order. */
     size_t n;
     size_t cap;
     pk_obj *a, *b;      /* see kinds */
-    pk_obj *state;      /* set by BUILD on any object (NULL if none) */
+    pk_obj *state;      /* set by BUILD on a PK_REDUCE / PK_NEWOBJ / PK_PERSID (NULL if none); BUILD on
+                         * builtin kinds fails, as it does in Python */
 };
 
 /* Limits guarding against hostile input. */
 typedef struct pk_limits {
-    size_t max_depth;      /* nesting of stack/mark levels (default 256) */
+    size_t max_depth;      /* nesting of objects and of MARKs (default 256); 0 fields mean default */
     size_t max_objects;    /* total nodes (default 16M or input-size based) */
     size_t max_memo;       /* memo entries (default 16M) */
 } pk_limits;
 
 typedef struct pk_arena pk_arena;
 
-/* Returns 1 if (module, name) may appear as a global, 0 to reject it. */
+/* Returns 1 if (module, name) may appear as a global, 0 to reject it.  A NULL callback rejects all. */
 typedef int (*pk_allow_fn)(void *ctx, const char *module, const char *name);
 
 /* Parses `n` bytes of pickle data.  On success *root is the unpickled object, owned by *arena
- * (free with pk_arena_free, also on failure when *arena is non-NULL).  `what` names the source in
+ * (free with pk_arena_free, also on failure when *arena is non-NULL; this implementation frees it
+ * itself on failure and sets *arena and *root to NULL).  `what` names the source in
  * error messages (e.g. the file path).  limits may be NULL for defaults.
  * Errors: SCK_ERR_FORMAT (truncated, bad opcode, stack underflow, memo miss, limits exceeded; the
  * message gives the byte offset and opcode), SCK_ERR_UNSUPPORTED (a global rejected by `allow`,
- * integers beyond int64), SCK_ERR_NOMEM. */
+ * integers beyond int64, recursive objects, NEWOBJ_EX with keyword arguments, protocol > 5,
+ * INST/OBJ/EXTn/out-of-band buffers), SCK_ERR_NOMEM.  Data after STOP is an error. */
 int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, void *allow_ctx,
              const pk_limits *limits, pk_arena **arena, pk_obj **root);
 void pk_arena_free(pk_arena *a);
 
 /* Convenience lookups (NULL if absent / wrong kind). */
-pk_obj *pk_dict_get(const pk_obj *dict, const char *key);   /* string keys only */
+/* PK_DICT (or the dict items of a PK_REDUCE / PK_NEWOBJ): value of PK_STR key `key`; the last
+ * duplicate wins, as in Python. */
+pk_obj *pk_dict_get(const pk_obj *dict, const char *key);
 int pk_is_global(const pk_obj *o, const char *module, const char *name); /* module NULL = any */
+/* "none", "int", "dict", ... for error messages. */
+const char *pk_kind_name(pk_kind k);
 
 /* ---- writer ---- */
 typedef struct pk_writer {
@@ -83,15 +97,17 @@ void pk_none(pk_writer *w);
 void pk_bool(pk_writer *w, int v);
 void pk_int(pk_writer *w, int64_t v);          /* BININT1/BININT2/BININT/LONG1 as Python would */
 void pk_float(pk_writer *w, double v);         /* BINFLOAT */
-void pk_str(pk_writer *w, const char *s, size_t n);   /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE */
+void pk_str(pk_writer *w, const char *s, size_t n);   /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be UTF-8 */
 void pk_cstr(pk_writer *w, const char *s);
 void pk_bytes(pk_writer *w, const void *p, size_t n); /* SHORT_BINBYTES / BINBYTES / BINBYTES8 (needs proto >= 3 semantics; emitted regardless of PROTO) */
 void pk_mark(pk_writer *w);
 void pk_tuple(pk_writer *w, size_t n);   /* n==0: EMPTY_TUPLE; 1..3: TUPLEn (no mark); else TUPLE (after pk_mark) */
 void pk_empty_list(pk_writer *w);
 void pk_appends(pk_writer *w);           /* after pk_mark + items */
+void pk_append(pk_writer *w);            /* after one item (Python's form for a 1-item list) */
 void pk_empty_dict(pk_writer *w);
 void pk_setitems(pk_writer *w);          /* after pk_mark + k,v pairs */
+void pk_setitem(pk_writer *w);           /* after one k,v pair (Python's form for a 1-item dict) */
 void pk_global(pk_writer *w, const char *module, const char *name); /* GLOBAL (proto 2) or STACK_GLOBAL (proto 4), memoized */
 void pk_reduce(pk_writer *w);
 void pk_newobj(pk_writer *w);

@@ -112,7 +112,7 @@ static int tensor_entry(sck_state *st, const char *key, sck_dtype dtype, int ndi
     if (e) {
         if (e->kind != ENT_TENSOR) return sck_err(SCK_ERR_INVALID_ARG, "%s: key already used for a non-tensor entry", key);
         if (e->dtype != dtype || e->ndim != ndim || (ndim && memcmp(e->shape, shape, (size_t)ndim * sizeof *shape)))
-            return sck_err(SCK_ERR_MISMATCH, "%s: dtype/shape differ from an earlier call for this key", key);
+            return sck_err(SCK_ERR_MISMATCH, "'%s': dtype/shape differ from an earlier call for this key", key);
         if (e->replicated || replicated)
             return sck_err(SCK_ERR_INVALID_ARG, "%s: a replicated tensor cannot have other boxes on the same rank", key);
     } else {

@@ -24,7 +24,7 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
     pk_tuple(&w, 5);
     pk_binpersid(&w);
     pk_int(&w, 0); /* storage offset */
-    pk_mark(&w);
+    if (ndim > 3) pk_mark(&w); /* TUPLE1..3 need no MARK */
     for (int i = 0; i < ndim; i++) pk_int(&w, sizes[i]);
     pk_tuple(&w, (size_t)ndim);
     int64_t stride[SCK_MAX_DIMS];
@@ -33,7 +33,7 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
         stride[i] = s;
         s *= sizes[i] ? sizes[i] : 1;
     }
-    pk_mark(&w);
+    if (ndim > 3) pk_mark(&w);
     for (int i = 0; i < ndim; i++) pk_int(&w, stride[i]);
     pk_tuple(&w, (size_t)ndim);
     pk_bool(&w, 0); /* requires_grad */

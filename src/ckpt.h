@@ -1,0 +1,38 @@
+/* ckpt.h - an open checkpoint: its model plus open files and per-chunk decode caches. */
+#ifndef SCK_CKPT_H
+#define SCK_CKPT_H
+
+#include "dcp_meta.h"
+
+typedef struct ck_res {
+    int done;
+    uint64_t data_off;              /* absolute file offset of element 0 of the chunk's view */
+    int64_t strides[SCK_MAX_DIMS];  /* element strides of the stored view */
+    int swap;                       /* stored big-endian */
+} ck_res;
+
+typedef struct ck_file {
+    int fd;                         /* -1 until opened */
+    uint64_t size;
+} ck_file;
+
+struct sck_ckpt {
+    char *dir;
+    ck_meta m;
+    ck_file *files;                 /* parallel to m.files */
+    ck_res **res;                   /* per entry, per chunk; allocated lazily */
+    size_t *order;                  /* scratch */
+};
+
+/* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */
+int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out);
+/* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m. */
+int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out);
+/* Safetensors sources: a single file, or a directory with model.safetensors.index.json. */
+int ckpt_open_safetensors(const char *path, sck_ckpt **out);
+/* Reads box `want` of entry `ei` into dst (row-major over want). */
+int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst);
+/* Reads the raw bytes of a bytes entry (caller frees). */
+int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);
+
+#endif

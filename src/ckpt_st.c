@@ -1,0 +1,149 @@
+/* ckpt_st.c - safetensors files (single file, or a Hugging Face sharded directory with
+ * model.safetensors.index.json) opened as checkpoints: each tensor is one raw chunk. */
+#include <errno.h>
+#include <fcntl.h>
+#include <libgen.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt.h"
+#include "safetensors.h"
+
+#define MAX_HEADER (100u * 1000u * 1000u)
+
+/* Reads and parses the header of dir/name, adding its tensors to m. */
+static int add_st_file(ck_meta *m, const char *dir, const char *name) {
+    char path[4096];
+    int k = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
+    struct stat sb;
+    uint8_t *buf = NULL;
+    st_header h;
+    memset(&h, 0, sizeof h);
+    int rc = SCK_OK;
+    if (fstat(fd, &sb) != 0) {
+        rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat", path);
+        goto out;
+    }
+    uint64_t fsize = (uint64_t)sb.st_size;
+    uint8_t head[8];
+    if (fsize < 8) {
+        rc = sck_err(SCK_ERR_FORMAT, "%s: %llu bytes is too short for a safetensors file", path, (unsigned long long)fsize);
+        goto out;
+    }
+    if ((rc = sck_pread_full(fd, head, 8, 0, path))) goto out;
+    uint64_t hl = sck_le64(head);
+    if (hl > MAX_HEADER || hl > fsize - 8) {
+        rc = sck_err(SCK_ERR_FORMAT, "%s: header length %llu is invalid (file has %llu bytes)", path, (unsigned long long)hl,
+                     (unsigned long long)fsize);
+        goto out;
+    }
+    buf = malloc((size_t)hl + 8);
+    if (!buf) {
+        rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory for the header", path);
+        goto out;
+    }
+    if ((rc = sck_pread_full(fd, buf, (size_t)hl + 8, 0, path))) goto out;
+    uint64_t need = 0;
+    rc = st_parse_header(buf, (size_t)hl + 8, fsize, path, &h, &need);
+    if (rc == 1) rc = sck_err(SCK_ERR_FORMAT, "%s: header incomplete", path);
+    if (rc) goto out;
+    uint32_t fi;
+    if ((rc = ck_meta_file(m, name, &fi))) goto out;
+    for (size_t i = 0; i < h.n && !rc; i++) {
+        const st_tensor *t = &h.t[i];
+        ck_entry *e;
+        if ((rc = ck_meta_add(m, t->name, &e))) break;
+        e->dtype = (int)t->dtype;
+        snprintf(e->dtype_name, sizeof e->dtype_name, "%s", sck_dtype_name(t->dtype));
+        e->ndim = t->ndim;
+        memcpy(e->shape, t->shape, sizeof e->shape);
+        ck_chunk c;
+        memset(&c, 0, sizeof c);
+        c.box.ndim = t->ndim;
+        memcpy(c.box.size, t->shape, sizeof c.box.size);
+        c.file = fi;
+        c.offset = h.data_start + t->begin;
+        c.length = t->end - t->begin;
+        c.raw = 1;
+        rc = ck_entry_add_chunk(e, &c);
+    }
+out:
+    st_header_free(&h);
+    free(buf);
+    close(fd);
+    return rc;
+}
+
+static int plain_name(const char *s) { return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, ".."); }
+
+static int open_index(const char *dir, ck_meta *m) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    uint8_t *text;
+    size_t n;
+    int rc = sck_read_file(path, &text, &n);
+    if (rc) return rc;
+    sck_value *idx = NULL;
+    rc = sck_value_from_json((const char *)text, n, &idx);
+    free(text);
+    if (rc) return sck_err_wrap(rc, "%s", path);
+    const sck_value *wm = sck_value_dict_get(idx, "weight_map");
+    if (!wm || sck_value_kind_of(wm) != SCK_VAL_DICT) {
+        sck_value_free(idx);
+        return sck_err(SCK_ERR_FORMAT, "%s: no weight_map object", path);
+    }
+    /* Each distinct file once; then check that every mapped tensor is in the file it names. */
+    for (size_t i = 0; i < sck_value_len(wm) && !rc; i++) {
+        const sck_value *f = sck_value_at(wm, i);
+        if (sck_value_kind_of(f) != SCK_VAL_STRING || !plain_name(sck_value_get_string(f, NULL))) {
+            rc = sck_err(SCK_ERR_FORMAT, "%s: weight_map['%s'] is not a plain file name", path, sck_value_key_at(wm, i));
+            break;
+        }
+        const char *fname = sck_value_get_string(f, NULL);
+        int seen = 0;
+        for (size_t j = 0; j < m->nfiles && !seen; j++) seen = !strcmp(m->files[j], fname);
+        if (!seen) rc = add_st_file(m, dir, fname);
+    }
+    if (!rc) rc = ck_meta_finish(m, path);
+    for (size_t i = 0; i < sck_value_len(wm) && !rc; i++) {
+        const char *key = sck_value_key_at(wm, i);
+        long ei = ck_meta_find(m, key);
+        const char *fname = sck_value_get_string(sck_value_at(wm, i), NULL);
+        if (ei < 0 || strcmp(m->files[m->e[ei].chunks[0].file], fname))
+            rc = sck_err(SCK_ERR_FORMAT, "%s: weight_map says '%s' is in %s, but it is not there", path, key, fname);
+    }
+    sck_value_free(idx);
+    return rc;
+}
+
+int ckpt_open_safetensors(const char *path, sck_ckpt **out) {
+    ck_meta m;
+    memset(&m, 0, sizeof m);
+    struct stat sb;
+    if (stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
+    int rc;
+    char dirbuf[4096];
+    const char *dir;
+    if (S_ISDIR(sb.st_mode)) {
+        dir = path;
+        rc = open_index(path, &m);
+    } else {
+        snprintf(dirbuf, sizeof dirbuf, "%s", path);
+        char namebuf[4096];
+        snprintf(namebuf, sizeof namebuf, "%s", path);
+        dir = dirname(dirbuf);
+        rc = add_st_file(&m, dir, basename(namebuf));
+        if (!rc) rc = ck_meta_finish(&m, path);
+    }
+    if (rc) {
+        ck_meta_free(&m);
+        return rc;
+    }
+    return ckpt_from_model(dir, &m, out);
+}

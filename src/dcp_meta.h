@@ -1,0 +1,55 @@
+/* dcp_meta.h - the checkpoint model (entries, chunks, files) and its `.metadata` pickle form. */
+#ifndef SCK_DCP_META_H
+#define SCK_DCP_META_H
+
+#include "box.h"
+#include "util.h"
+
+typedef struct ck_chunk {
+    sck_box box;            /* where the chunk sits in the global tensor (bytes items: ndim 0) */
+    uint32_t file;          /* index into ck_meta.files */
+    uint64_t offset;        /* item start in the file */
+    uint64_t length;        /* item length */
+    int raw;                /* payload is plain row-major bytes at [offset, offset+length) (safetensors) */
+    int transformed;        /* DCP transform descriptors present: we cannot decode the item */
+} ck_chunk;
+
+typedef struct ck_entry {
+    char *key;
+    int is_bytes;
+    int dtype;              /* sck_dtype, or -1 when the stored dtype is not one we support */
+    char dtype_name[32];    /* as stored (e.g. "float32", "complex64") */
+    int ndim;
+    int64_t shape[SCK_MAX_DIMS];
+    ck_chunk *chunks;
+    size_t nchunks;
+} ck_entry;
+
+typedef struct ck_meta {
+    ck_entry *e;            /* sorted by key after ck_meta_finish */
+    size_t n, cap;
+    char **files;
+    size_t nfiles;
+} ck_meta;
+
+void ck_meta_free(ck_meta *m);
+/* Appends an entry with a copy of key; returns it in *out.  Errors: SCK_ERR_NOMEM. */
+int ck_meta_add(ck_meta *m, const char *key, ck_entry **out);
+/* Appends a chunk to e.  Errors: SCK_ERR_NOMEM. */
+int ck_entry_add_chunk(ck_entry *e, const ck_chunk *c);
+/* Index of file name (added if new).  Errors: SCK_ERR_NOMEM. */
+int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx);
+/* Sorts entries by key and rejects duplicates.  Errors: SCK_ERR_FORMAT. */
+int ck_meta_finish(ck_meta *m, const char *what);
+/* Binary search; -1 if absent (after ck_meta_finish). */
+long ck_meta_find(const ck_meta *m, const char *key);
+
+/* Serializes m as DCP's Metadata (pickle protocol 4, torch 2.x class paths).  Errors: SCK_ERR_NOMEM. */
+int dcp_meta_encode(const ck_meta *m, sck_buf *out);
+/* Parses a `.metadata` written by torch 1.13..2.x or by us.  Accepts both module layouts, either
+ * enum encoding, missing optional fields.  Checks that every chunk has storage info, files are
+ * plain names (no '/', no ".."), chunks lie inside their tensor.  `what` names the file.
+ * Errors: SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
+int dcp_meta_decode(const uint8_t *data, size_t n, const char *what, ck_meta *out);
+
+#endif

@@ -1,0 +1,155 @@
+/* load.c - sck_load: rank 0 reads `.metadata` and broadcasts it; every rank then reads exactly the
+ * bytes its own boxes need from whichever chunks overlap them; all ranks agree on the outcome. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "ckpt.h"
+#include "comm.h"
+#include "state.h"
+
+static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
+    size_t k = 0;
+    k += (size_t)snprintf(buf + k, cap - k, "[");
+    for (int d = 0; d < ndim && k < cap; d++) k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)shape[d]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+static int load_tensor(sck_ckpt *ck, size_t ci, st_entry *e) {
+    const ck_entry *ce = &ck->m.e[ci];
+    if (ce->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds bytes/a value, a tensor was requested", e->key);
+    if (ce->dtype != (int)e->dtype)
+        return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds %s, %s was requested", e->key, ce->dtype_name, sck_dtype_name(e->dtype));
+    if (ce->ndim != e->ndim || memcmp(ce->shape, e->shape, (size_t)e->ndim * sizeof *e->shape)) {
+        char a[256], b[256];
+        fmt_shape(a, sizeof a, ce->ndim, ce->shape);
+        fmt_shape(b, sizeof b, e->ndim, e->shape);
+        return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint's shape is %s, %s was requested", e->key, a, b);
+    }
+    for (size_t p = 0; p < e->npieces; p++) {
+        int rc = ckpt_read_box(ck, ci, &e->pieces[p].box, e->pieces[p].data);
+        if (rc) return rc;
+    }
+    return SCK_OK;
+}
+
+static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
+    if (!ck->m.e[ci].is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a tensor, a %s was requested", e->key,
+                                              e->kind == ENT_BLOB ? "blob" : "value");
+    void *raw = NULL;
+    size_t n = 0;
+    sck_value *v = NULL;
+    int rc = sck_ckpt_read_bytes(ck, ci, &raw, &n, &v);
+    if (rc) return rc;
+    if (e->kind == ENT_BLOB) {
+        if (v && sck_value_kind_of(v) == SCK_VAL_BYTES) {
+            size_t len;
+            const char *s = sck_value_get_string(v, &len);
+            raw = malloc(len ? len : 1);
+            if (!raw) {
+                sck_value_free(v);
+                return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+            }
+            memcpy(raw, s, len);
+            n = len;
+        } else if (v) {
+            sck_value_free(v);
+            return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a value, not bytes; request it as a value", e->key);
+        }
+        sck_value_free(v);
+        free(e->blob);
+        e->blob = raw;
+        e->blob_n = n;
+    } else {
+        if (!v) {
+            v = sck_value_bytes(raw, n);
+            free(raw);
+            if (!v) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+        }
+        sck_value_free(e->value);
+        e->value = v;
+    }
+    e->present = 1;
+    return SCK_OK;
+}
+
+static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
+    for (size_t i = 0; i < st->n; i++) {
+        st_entry *e = &st->e[i];
+        long ci = ck_meta_find(&ck->m, e->key);
+        if (ci < 0) {
+            if (flags & SCK_LOAD_ALLOW_MISSING) continue;
+            return sck_err(SCK_ERR_MISSING_KEY, "'%s': not in checkpoint %s", e->key, ck->dir);
+        }
+        int rc = e->kind == ENT_TENSOR ? load_tensor(ck, (size_t)ci, e) : load_bytes(ck, (size_t)ci, e);
+        if (rc) return rc;
+        e->loaded = 1;
+    }
+    for (size_t i = 0; i < ck->m.n; i++) {
+        if (state_find(st, ck->m.e[i].key)) continue;
+        if (flags & SCK_LOAD_REJECT_UNEXPECTED)
+            return sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ck->m.e[i].key, ck->dir);
+        int rc = state_add_unexpected(st, ck->m.e[i].key);
+        if (rc) return rc;
+    }
+    return SCK_OK;
+}
+
+/* DCP directories: rank 0 reads .metadata once and broadcasts it.  Other sources are small headers
+ * every rank reads itself. */
+static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
+    struct stat sb;
+    char mp[4096];
+    snprintf(mp, sizeof mp, "%s/.metadata", dir);
+    int is_dcp = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(mp, &sb) == 0;
+    int agreed = comm_agree(comm, SCK_OK); /* everyone sees the same answer for is_dcp only if the FS is shared */
+    if (agreed) return agreed;
+    if (!is_dcp || comm->size == 1) {
+        int rc = sck_ckpt_open(dir, ck);
+        return comm_agree(comm, rc);
+    }
+    uint8_t *data = NULL;
+    size_t n = 0;
+    int local = SCK_OK;
+    if (comm->rank == 0) local = sck_read_file(mp, &data, &n);
+    int rc = comm_agree(comm, local);
+    if (rc) {
+        free(data);
+        return rc;
+    }
+    void *buf = data;
+    rc = comm_bcast(comm, &buf, &n, 0);
+    if (rc) {
+        if (comm->rank == 0) free(data);
+        return rc;
+    }
+    local = ckpt_from_metadata(dir, buf, n, ck);
+    free(buf);
+    return comm_agree(comm, local);
+}
+
+static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
+    for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
+    state_clear_unexpected(st);
+    sck_ckpt *ck = NULL;
+    int rc = open_collective(comm, dir, &ck);
+    if (rc) return rc;
+    int local = load_local(ck, st, flags);
+    sck_ckpt_close(ck);
+    return comm_agree(comm, local);
+}
+
+int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts) {
+    sck_err_clear();
+    if (!dir || !*dir || !st) return sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
+    unsigned flags = opts ? opts->flags : 0;
+    if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED))
+        return sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
+    if (comm) return load_collective(comm, dir, st, flags);
+    sck_comm *single = sck_comm_single();
+    if (!single) return sck_err(SCK_ERR_NOMEM, "out of memory");
+    int rc = load_collective(single, dir, st, flags);
+    sck_comm_free(single);
+    return rc;
+}

@@ -1,0 +1,47 @@
+#!/bin/sh
+# run_all.sh - the whole test suite behind `make test`:
+#   1. C unit/integration tests (optimized build)
+#   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
+#   3. interop with the real PyTorch DCP (Debian python3-torch) through the CLI
+# Prints one line per suite and the closing "N passed, N failed" summed over all of them.
+set -u
+cd "$(dirname "$0")/.." || exit 2
+MAKE=${MAKE:-make}
+PYTHON=${PYTHON:-/usr/bin/python3}
+total_pass=0
+total_fail=0
+status=0
+log=$(mktemp)
+
+count() { # $1 = label; reads the runner output in $log
+    line=$(grep -E '^[0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
+    if [ -z "$line" ]; then
+        echo "== $1: no summary line (crashed?)"; tail -n 30 "$log"
+        total_fail=$((total_fail + 1)); status=1; return
+    fi
+    p=$(echo "$line" | sed -E 's/^([0-9]+) passed.*/\1/')
+    f=$(echo "$line" | sed -E 's/^[0-9]+ passed, ([0-9]+) failed.*/\1/')
+    total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+    echo "== $1: $line"
+    if [ "$f" != 0 ]; then grep -E '^FAIL|check failed|returned' "$log" | head -n 40; status=1; fi
+}
+
+echo "== C tests (build/)"
+build/tests/run_tests > "$log" 2>&1 || status=1
+count "C tests"
+
+echo "== C tests under ASan+UBSan (build-asan/)"
+if $MAKE --no-print-directory test-asan > "$log" 2>&1; then
+    ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 build-asan/tests/run_tests > "$log" 2>&1 || status=1
+    count "C tests (ASan+UBSan)"
+else
+    echo "== ASan build failed"; tail -n 30 "$log"; total_fail=$((total_fail + 1)); status=1
+fi
+
+echo "== torch interop (tests/interop)"
+$PYTHON tests/interop/run_interop.py > "$log" 2>&1 || status=1
+count "torch interop"
+
+rm -f "$log"
+echo "$total_pass passed, $total_fail failed"
+[ "$total_fail" = 0 ] && [ "$status" = 0 ]
