@@ -11,6 +11,7 @@
 /* ---- arena ---- */
 
 #define PK_BLOCK_SIZE ((size_t)64 * 1024)
+#define PK_BLOCK_MAX ((size_t)8 << 20)
 #define PK_ALIGN ((size_t)_Alignof(max_align_t))
 
 typedef struct pk_block {
@@ -21,6 +22,7 @@ typedef struct pk_block {
 
 struct pk_arena {
     pk_block *head;   /* the block being filled; big allocations get their own block behind it */
+    size_t total;     /* bytes in all blocks: blocks grow with it, so big pickles need few mallocs */
 };
 
 static void *arena_alloc(pk_arena *a, size_t size) {
@@ -32,9 +34,13 @@ static void *arena_alloc(pk_arena *a, size_t size) {
         b->used += size;
         return p;
     }
-    size_t cap = size > PK_BLOCK_SIZE / 4 ? size : PK_BLOCK_SIZE;
+    size_t block = a->total / 2;
+    if (block < PK_BLOCK_SIZE) block = PK_BLOCK_SIZE;
+    if (block > PK_BLOCK_MAX) block = PK_BLOCK_MAX;
+    size_t cap = size > block / 4 ? size : block;
     pk_block *nb = malloc(sizeof *nb + cap);
     if (!nb) return NULL;
+    a->total += cap;
     nb->cap = cap;
     nb->used = size;
     if (cap == size && b) {   /* keep filling the current small-object block */
@@ -199,9 +205,12 @@ typedef struct pk_parser {
     size_t sp, stack_cap;
     size_t *marks;      /* stack heights at each open MARK */
     size_t nmarks, marks_cap;
-    int64_t *memo_keys; /* open addressing; memo_vals[i] == NULL marks a free slot */
-    pk_obj **memo_vals;
-    size_t memo_count, memo_cap;
+    pk_obj **memo_dense;   /* memo indices below the input size (all that MEMOIZE/BINPUT make) */
+    size_t memo_dense_cap;
+    int64_t *memo_keys;    /* any other index (text PUT takes any integer): open addressing, */
+    pk_obj **memo_vals;    /* memo_vals[i] == NULL marks a free slot */
+    size_t memo_hash_n, memo_cap;
+    size_t memo_count;     /* distinct indices; MEMOIZE stores at this index, as Python does */
     pk_obj *none, *true_, *false_;   /* immutable leaves, shared */
 } pk_parser;
 
@@ -242,6 +251,7 @@ static int read_line(pk_parser *P, const uint8_t **s, size_t *len) {
 }
 
 static int new_obj(pk_parser *P, pk_kind kind, pk_obj **out) {
+    *out = NULL;   /* out-parameters are always written, which also keeps gcc -O3 quiet */
     if (P->nobjects >= P->lim.max_objects)
         return fail(P, SCK_ERR_FORMAT, "more than %zu objects", P->lim.max_objects);
     pk_node *nd = arena_alloc(P->arena, sizeof *nd);
@@ -287,6 +297,7 @@ static int push(pk_parser *P, pk_obj *o) {
 static size_t frame_base(const pk_parser *P) { return P->nmarks ? P->marks[P->nmarks - 1] : 0; }
 
 static int peek(pk_parser *P, pk_obj **o) {
+    *o = NULL;
     if (P->sp <= frame_base(P)) return fail(P, SCK_ERR_FORMAT, "stack underflow");
     *o = P->stack[P->sp - 1];
     return SCK_OK;
@@ -300,12 +311,13 @@ static int pop(pk_parser *P, pk_obj **o) {
 
 /* Closes the innermost MARK; the items it delimited are stack[*base .. P->sp). */
 static int pop_mark(pk_parser *P, size_t *base) {
+    *base = P->sp;
     if (!P->nmarks) return fail(P, SCK_ERR_FORMAT, "no MARK on the stack");
     *base = P->marks[--P->nmarks];
     return SCK_OK;
 }
 
-/* Records that `child` now lives inside `parent`, keeping heights exact for the depth limit. */
+/* Records that `child` now lives inside `parent`, keeping the parent's height current for the depth limit. */
 static int adopt(pk_parser *P, pk_obj *parent, pk_obj *child) {
     if (child == parent)
         return fail(P, SCK_ERR_UNSUPPORTED, "a %s that contains itself (recursive objects are not supported)",
@@ -362,7 +374,7 @@ static int collect(pk_parser *P, pk_kind kind, size_t base) {
     return push(P, c);
 }
 
-/* ---- memo: sparse indices (PUT takes any integer), so a hash table rather than an array ---- */
+/* ---- memo ---- */
 
 static size_t memo_slot(const pk_parser *P, int64_t key) {
     uint64_t x = (uint64_t)key + 0x9E3779B97F4A7C15ull;   /* splitmix64 finalizer */
@@ -374,11 +386,33 @@ static size_t memo_slot(const pk_parser *P, int64_t key) {
     return i;
 }
 
-static pk_obj *memo_get(const pk_parser *P, int64_t key) {
-    return P->memo_cap ? P->memo_vals[memo_slot(P, key)] : NULL;
+/* Python numbers memo entries 0, 1, 2, ... so they go in an array; the array only grows to indices
+ * near the entry count, so a hostile huge index cannot make it big.  Other indices (text PUT takes
+ * any integer) go in the hash table.  A key lives in exactly one of the two. */
+static pk_obj **memo_hash_find(const pk_parser *P, int64_t key) {
+    if (!P->memo_hash_n) return NULL;
+    size_t i = memo_slot(P, key);
+    return P->memo_vals[i] ? &P->memo_vals[i] : NULL;
 }
 
-static int memo_grow(pk_parser *P) {
+static pk_obj *memo_get(const pk_parser *P, int64_t key) {
+    if (key >= 0 && (uint64_t)key < P->memo_dense_cap && P->memo_dense[key]) return P->memo_dense[key];
+    pk_obj **h = memo_hash_find(P, key);
+    return h ? *h : NULL;
+}
+
+static int memo_grow_dense(pk_parser *P, size_t key) {
+    size_t cap = key + 1 + key / 2;   /* key <= 2 * entries + 64, so this stays proportional to entries */
+    if (cap > SIZE_MAX / sizeof(pk_obj *)) return nomem(P);
+    pk_obj **d = realloc(P->memo_dense, cap * sizeof *d);
+    if (!d) return nomem(P);
+    memset(d + P->memo_dense_cap, 0, (cap - P->memo_dense_cap) * sizeof *d);
+    P->memo_dense = d;
+    P->memo_dense_cap = cap;
+    return SCK_OK;
+}
+
+static int memo_grow_hash(pk_parser *P) {
     size_t cap = P->memo_cap ? P->memo_cap * 2 : 64;
     if (cap > SIZE_MAX / sizeof(pk_obj *)) return nomem(P);
     int64_t *keys = malloc(cap * sizeof *keys);
@@ -410,15 +444,26 @@ static int memo_put(pk_parser *P, int64_t key) {
     pk_obj *o;
     int st = peek(P, &o);
     if (st) return st;
-    if ((P->memo_count + 1) * 2 > P->memo_cap && (st = memo_grow(P))) return st;
-    size_t i = memo_slot(P, key);
-    if (!P->memo_vals[i]) {
+    pk_obj **slot = memo_hash_find(P, key);
+    if (!slot && key >= 0 && (uint64_t)key < P->memo_dense_cap) {
+        slot = &P->memo_dense[key];
+    } else if (!slot && key >= 0 && (uint64_t)key <= 2 * (uint64_t)P->memo_count + 64) {
+        if ((st = memo_grow_dense(P, (size_t)key))) return st;
+        slot = &P->memo_dense[key];
+    }
+    if (!slot || !*slot) {   /* a new entry */
         if (P->memo_count >= P->lim.max_memo)
             return fail(P, SCK_ERR_FORMAT, "more than %zu memo entries", P->lim.max_memo);
+        if (!slot) {
+            if ((P->memo_hash_n + 1) * 2 > P->memo_cap && (st = memo_grow_hash(P))) return st;
+            size_t i = memo_slot(P, key);
+            P->memo_keys[i] = key;
+            slot = &P->memo_vals[i];
+            P->memo_hash_n++;
+        }
         P->memo_count++;
-        P->memo_keys[i] = key;
     }
-    P->memo_vals[i] = o;
+    *slot = o;
     return SCK_OK;
 }
 
@@ -453,9 +498,9 @@ static int parse_dec(const uint8_t *s, size_t len, int64_t *out) {
 
 static int text_int(pk_parser *P, const uint8_t *s, size_t len, int64_t *out) {
     int r = parse_dec(s, len, out);
-    if (r == 1) return fail(P, SCK_ERR_FORMAT, "malformed integer \"%.*s\"", (int)(len > 40 ? 40 : len), (const char *)s);
-    if (r == 2) return fail(P, SCK_ERR_UNSUPPORTED, "integer \"%.*s\" does not fit in 64 bits",
-                            (int)(len > 40 ? 40 : len), (const char *)s);
+    int shown = (int)(len > 40 ? 40 : len);
+    if (r == 1) return fail(P, SCK_ERR_FORMAT, "malformed integer \"%.*s\"", shown, (const char *)s);
+    if (r == 2) return fail(P, SCK_ERR_UNSUPPORTED, "integer \"%.*s\" does not fit in 64 bits", shown, (const char *)s);
     return SCK_OK;
 }
 
@@ -712,7 +757,8 @@ static int op_list_items(pk_parser *P, pk_obj *target, pk_obj *const *items, siz
     if (target->kind == PK_REDUCE || target->kind == PK_NEWOBJ)
         return fail(P, SCK_ERR_UNSUPPORTED, "list items for a %s object (list subclasses are not supported)",
                     pk_kind_name(target->kind));
-    if (target->kind != PK_LIST) return fail(P, SCK_ERR_FORMAT, "target is a %s, not a list", pk_kind_name(target->kind));
+    if (target->kind != PK_LIST)
+        return fail(P, SCK_ERR_FORMAT, "target is a %s, not a list", pk_kind_name(target->kind));
     int st = check_modifiable(P, target);
     return st ? st : add_entries(P, target, items, k, 0);
 }
@@ -727,7 +773,7 @@ static int op_dict_items(pk_parser *P, pk_obj *target, pk_obj *const *items, siz
 
 /* APPENDS / SETITEMS / ADDITEMS: items above the mark go into the object just below it. */
 static int op_mark_items(pk_parser *P) {
-    size_t base;
+    size_t base = 0;
     int st = pop_mark(P, &base);
     if (st) return st;
     size_t k = P->sp - base;
@@ -737,7 +783,8 @@ static int op_mark_items(pk_parser *P) {
     pk_obj *const *items = P->stack + base;
     if (P->op == OP_APPENDS) return op_list_items(P, target, items, k);
     if (P->op == OP_SETITEMS) return op_dict_items(P, target, items, k);
-    if (target->kind != PK_SET) return fail(P, SCK_ERR_FORMAT, "target is a %s, not a set", pk_kind_name(target->kind));
+    if (target->kind != PK_SET)
+        return fail(P, SCK_ERR_FORMAT, "target is a %s, not a set", pk_kind_name(target->kind));
     if ((st = check_modifiable(P, target))) return st;
     return add_entries(P, target, items, k, 0);
 }
@@ -791,10 +838,10 @@ static int op_stop(pk_parser *P, pk_obj **root) {
 
 /* Executes one opcode (already consumed into P->op); sets *done at STOP. */
 static int step(pk_parser *P, pk_obj **root, int *done) {
-    const uint8_t *s, *s2;
-    size_t len, len2, base;
-    int64_t v;
-    pk_obj *o, *o2;
+    const uint8_t *s = NULL, *s2 = NULL;
+    size_t len = 0, len2 = 0, base = 0;   /* initialized only to quiet gcc -O2 */
+    int64_t v = 0;
+    pk_obj *o = NULL, *o2 = NULL;
     int st;
     switch (P->op) {
     case OP_PROTO:
@@ -1037,6 +1084,7 @@ int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, vo
     }
     free(P.stack);
     free(P.marks);
+    free(P.memo_dense);
     free(P.memo_keys);
     free(P.memo_vals);
     if (st) {
@@ -1051,7 +1099,8 @@ int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, vo
 /* ---- lookups ---- */
 
 pk_obj *pk_dict_get(const pk_obj *dict, const char *key) {
-    if (!dict || !key || (dict->kind != PK_DICT && dict->kind != PK_REDUCE && dict->kind != PK_NEWOBJ)) return NULL;
+    if (!dict || !key) return NULL;
+    if (dict->kind != PK_DICT && dict->kind != PK_REDUCE && dict->kind != PK_NEWOBJ) return NULL;
     size_t klen = strlen(key);
     for (size_t i = dict->n; i-- > 0;) {   /* backwards: the last duplicate wins, as in Python */
         const pk_obj *k = dict->items[2 * i];

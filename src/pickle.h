@@ -97,7 +97,8 @@ void pk_none(pk_writer *w);
 void pk_bool(pk_writer *w, int v);
 void pk_int(pk_writer *w, int64_t v);          /* BININT1/BININT2/BININT/LONG1 as Python would */
 void pk_float(pk_writer *w, double v);         /* BINFLOAT */
-void pk_str(pk_writer *w, const char *s, size_t n);   /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be UTF-8 */
+/* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be valid UTF-8 (else SCK_ERR_INVALID_ARG) */
+void pk_str(pk_writer *w, const char *s, size_t n);
 void pk_cstr(pk_writer *w, const char *s);
 void pk_bytes(pk_writer *w, const void *p, size_t n); /* SHORT_BINBYTES / BINBYTES / BINBYTES8 (needs proto >= 3 semantics; emitted regardless of PROTO) */
 void pk_mark(pk_writer *w);

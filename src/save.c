@@ -137,20 +137,22 @@ static int save_collective(sck_comm *comm, const char *dir, const sck_state *st,
     memset(&plan, 0, sizeof plan);
     /* The plan is computed identically everywhere; an error here is still passed through the next
      * collectives so that a rank failing alone (out of memory) cannot strand the others. */
-    if (!rc) rc = plan_build(all, counts, comm->size, &plan);
+    /* An error agreed in collective 1 is already identical everywhere: keep it, and contribute OK to
+     * the remaining collectives so its message is not wrapped again. */
+    int agreed = rc;
+    local = agreed ? SCK_OK : plan_build(all, counts, comm->size, &plan);
     free(all);
     all = NULL;
 
     /* Collective 2: write, then share where each item landed. */
     uint64_t *offs = NULL;
-    if (!rc) {
+    if (!agreed && !local) {
         offs = calloc(plan.nitems[rank] * 2 + 1, sizeof *offs);
         local = offs ? write_rank_file(dir, rank, &plan, st, do_fsync, offs) : sck_err(SCK_ERR_NOMEM, "out of memory");
-    } else {
-        local = rc;
     }
     rc = comm_agree_gather(comm, local, offs, offs ? plan.nitems[rank] * 16 : 0, &all, counts);
     free(offs);
+    if (agreed) rc = agreed;
 
     /* Collective 3: rank 0 commits. */
     local = SCK_OK;

@@ -925,6 +925,19 @@ TEST(memo_misuse) {
     pk_limits lim = {.max_memo = 2};
     CHECK_ERR(parse_lim(LIT("N\x94\x94\x94."), &lim), SCK_ERR_FORMAT, "MEMOIZE at offset 3: more than 2 memo entries");
     CHECK_OK(parse_lim(LIT("N\x94\x94q\x01."), &lim));   /* overwriting an index is not a new entry */
+    /* MEMOIZE numbers entries like len(memo); re-PUTting an index is not a new entry */
+    {
+        uint8_t b[128];
+        size_t n = 0;
+        memcpy(b + n, "Np100\n", 6), n += 6;        /* far index: kept in the hash table */
+        memset(b + n, 0x94, 70), n += 70;            /* MEMOIZE as 1..70 */
+        memcpy(b + n, "p100\n\x94", 6), n += 6;     /* index 100 again, then MEMOIZE as 71 */
+        memcpy(b + n, "g100\n0h\x47" "0.", 10), n += 10;
+        lim.max_memo = 72;
+        CHECK_OK(parse_lim(b, n, &lim));
+        memcpy(b + n - 1, "q\xc8.", 3);             /* a 73rd index */
+        CHECK_ERR(parse_lim(b, n + 2, &lim), SCK_ERR_FORMAT, "BINPUT at offset 91: more than 72 memo entries");
+    }
     /* sparse indices do not allocate up to the index */
     CHECK_OK(parse_only(LIT("Nr\xff\xff\xff\x7fr\0\0\0\x80j\xff\xff\xff\x7f" "0.")));
 }

@@ -267,36 +267,36 @@ TEST(save_overlapping_boxes_is_a_coverage_error_on_every_rank) {
 }
 
 static int save_with_hole(sck_comm *comm, void *arg) {
-    (void)arg;
+    const char *dir = arg;
     int r = sck_comm_rank(comm);
     float d[4] = {1, 2, 3, 4};
     int64_t shape[1] = {12}, off[1] = {r * 4}, sz[1] = {4};
     sck_state *st = sck_state_new();
     int rc = r == 1 ? SCK_OK : sck_state_add_box(st, "w", SCK_F32, 1, shape, off, sz, d); /* rank 1 saves nothing */
     rc = sck_comm_agree(comm, rc);
-    if (!rc) rc = sck_save(comm, subdir("ckhole"), st, NULL);
+    if (!rc) rc = sck_save(comm, dir, st, NULL);
     sck_state_free(st);
     return rc;
 }
 
 TEST(save_with_a_hole_names_the_key) {
-    CHECK_ERR(sck_threads_run(3, save_with_hole, NULL), SCK_ERR_COVERAGE, "'w': the shards of all ranks do not cover");
+    CHECK_ERR(sck_threads_run(3, save_with_hole, (void *)subdir("ckhole")), SCK_ERR_COVERAGE, "'w': the shards of all ranks do not cover");
 }
 
 static int save_mismatch(sck_comm *comm, void *arg) {
-    (void)arg;
+    const char *dir = arg;
     int r = sck_comm_rank(comm);
     float d[8] = {0};
     int64_t shape[1] = {r == 1 ? 9 : 8};
     sck_state *st = sck_state_new();
     int rc = sck_state_add_replicated(st, "w", SCK_F32, 1, shape, d);
-    if (!rc) rc = sck_save(comm, subdir("ckmm"), st, NULL);
+    if (!rc) rc = sck_save(comm, dir, st, NULL);
     sck_state_free(st);
     return rc;
 }
 
 TEST(save_shape_disagreement_across_ranks) {
-    CHECK_ERR(sck_threads_run(2, save_mismatch, NULL), SCK_ERR_MISMATCH, "'w': rank 0 and rank 1 disagree");
+    CHECK_ERR(sck_threads_run(2, save_mismatch, (void *)subdir("ckmm")), SCK_ERR_MISMATCH, "'w': rank 0 and rank 1 disagree");
 }
 
 /* Single-process helpers for the error tests below. */
@@ -355,7 +355,7 @@ TEST(load_from_missing_or_incomplete_directory) {
     CHECK_ERR(sck_load(NULL, subdir("does-not-exist"), st, NULL), SCK_ERR_IO, "does-not-exist");
     const char *dir = subdir("ckinc");
     save_simple(dir);
-    char p[4096];
+    char p[8300];
     snprintf(p, sizeof p, "%s/.metadata", dir);
     unlink(p);
     CHECK_ERR(sck_load(NULL, dir, st, NULL), SCK_ERR_FORMAT, "no .metadata");
@@ -365,7 +365,7 @@ TEST(load_from_missing_or_incomplete_directory) {
 TEST(load_truncated_data_file_names_file_and_key) {
     const char *dir = subdir("cktr");
     save_simple(dir);
-    char p[4096];
+    char p[8300];
     snprintf(p, sizeof p, "%s/__0_0.distcp", dir);
     REQUIRE(truncate(p, 100) == 0);
     float a[6];
@@ -379,7 +379,7 @@ TEST(load_truncated_data_file_names_file_and_key) {
 TEST(load_corrupt_metadata_is_rejected) {
     const char *dir = subdir("ckcm");
     save_simple(dir);
-    char p[4096];
+    char p[8300];
     snprintf(p, sizeof p, "%s/.metadata", dir);
     FILE *f = fopen(p, "wb");
     REQUIRE(f);

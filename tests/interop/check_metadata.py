@@ -13,6 +13,7 @@ Checks, printing one "FAIL: ..." line per problem (exit 1 if any):
   - no keys beyond EXPECTED and VALUES.
 """
 import io
+import json
 import os
 import pickle
 import sys
@@ -48,6 +49,17 @@ class RecordingUnpickler(pickle.Unpickler):
     def find_class(self, module, name):
         self.imports.append((module, name))
         return super().find_class(module, name)
+
+
+def torch_chunk_rows(d0, n):
+    """Rows per non-empty chunk as torch.chunk / ChunkShardingSpec split them (ceil-sized, last short)."""
+    step = -(-d0 // n)
+    return [min(step, d0 - i) for i in range(0, d0, step)] if d0 else []
+
+
+def even_split_rows(d0, n):
+    """Rows per non-empty chunk of an even split (numpy.array_split)."""
+    return [r for r in (d0 // n + (1 if i < d0 % n else 0) for i in range(n)) if r]
 
 
 def read_window(ckpt, info, what, problems):
@@ -147,9 +159,11 @@ def main():
             else:
                 if row != arr.shape[0]:
                     problems.append(f"{fqn}: chunks cover rows [0, {row}) of {arr.shape[0]}")
-            if arr.shape[0] >= ranks and len(chunks) != ranks:
-                problems.append(f"{fqn}: {len(chunks)} chunks for dim0={arr.shape[0]} saved by {ranks} ranks, "
-                                f"expected {ranks}")
+            rows = [tuple(c.sizes)[0] for c in chunks]
+            if rows not in (torch_chunk_rows(arr.shape[0], ranks), even_split_rows(arr.shape[0], ranks)):
+                problems.append(f"{fqn}: dim-0 chunk rows {rows} for dim0={arr.shape[0]} over {ranks} ranks, "
+                                f"expected torch.chunk's {torch_chunk_rows(arr.shape[0], ranks)} or an even "
+                                f"split {even_split_rows(arr.shape[0], ranks)}")
         for pos, c in enumerate(m.chunks):
             key = (fqn, tuple(c.offsets))
             if key not in by_key:
@@ -216,6 +230,8 @@ def main():
     notes.append(f"storage_meta={getattr(meta, 'storage_meta', '<absent>')!r} "
                  f"version={getattr(meta, 'version', '<absent>')!r}")
 
+    counts = {fqn: len(m.chunks) for fqn, m in sdm.items() if type(m) is md13.TensorStorageMetadata}
+    print("chunk-counts-json: " + json.dumps(counts, sort_keys=True))
     for n in notes:
         print("note: " + n)
     for p in problems:

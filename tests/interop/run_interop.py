@@ -100,6 +100,21 @@ def compare_safetensors(path, expected, expected_values=None):
     return problems
 
 
+def inspect_chunk_counts(text):
+    """{key: CHUNKS column} from `shardckpt inspect`'s table (columns located by the header)."""
+    lines = text.splitlines()
+    header = next((ln.split() for ln in lines if ln.split()[:1] == ["KEY"] and "CHUNKS" in ln.split()), None)
+    if header is None:
+        raise Failure(f"no KEY ... CHUNKS header in inspect output:\n{text}")
+    col = header.index("CHUNKS")
+    counts = {}
+    for ln in lines:
+        tok = ln.split()
+        if len(tok) > col and tok != header and tok[col].isdigit():
+            counts[tok[0]] = int(tok[col])
+    return counts
+
+
 # ---------------------------------------------------------------------------------------------
 # cases
 # ---------------------------------------------------------------------------------------------
@@ -130,7 +145,7 @@ class Suite:
         else:
             self.failed += 1
             print(f"FAIL {name}  ({dt:.1f}s)")
-        if detail and (not ok or VERBOSE):
+        if detail and not ok:  # (with -v, run() already echoed every command and its output)
             print("".join(f"     {line}\n" for line in detail.rstrip().splitlines()), end="")
         sys.stdout.flush()
         return ok
@@ -147,8 +162,13 @@ class Suite:
         return f"torch {out.strip()}"
 
     def torch_writes_reference(self):
-        run([PY, os.path.join(HERE, "torch_save_ref.py"), self.p("ckt"), "--single-file-per-rank"])
-        run([PY, os.path.join(HERE, "torch_save_ref.py"), self.p("ckt_items")])
+        from concurrent.futures import ThreadPoolExecutor
+        script = os.path.join(HERE, "torch_save_ref.py")
+        with ThreadPoolExecutor(2) as pool:  # independent runs, each on its own free port
+            jobs = [pool.submit(run, [PY, script, self.p("ckt"), "--single-file-per-rank"]),
+                    pool.submit(run, [PY, script, self.p("ckt_items")])]
+            for job in jobs:
+                job.result()
         return "\n".join(sorted(os.listdir(self.p("ckt"))))
 
     def shim_selftest(self):
@@ -171,8 +191,15 @@ class Suite:
 
     # -- (c) the 2.x pickle under torch + shim ---------------------------------------------------
     def c_metadata(self):
-        return run([PY, os.path.join(HERE, "check_metadata.py"), self.p("ck"), self.p("ref.safetensors"),
-                    "--ranks", "3"])
+        out = run([PY, os.path.join(HERE, "check_metadata.py"), self.p("ck"), self.p("ref.safetensors"),
+                   "--ranks", "3"])
+        counts = json.loads(out.split("chunk-counts-json: ", 1)[1].splitlines()[0])
+        shown = inspect_chunk_counts(run([CLI, "inspect", self.p("ck")]))
+        diffs = [f"{k}: .metadata has {n} chunks, inspect says {shown.get(k)}"
+                 for k, n in counts.items() if shown.get(k) != n]
+        if diffs:
+            raise Failure("shardckpt inspect disagrees with the pickle torch reads:\n" + "\n".join(diffs))
+        return out
 
     def c_inspect_ck(self):
         return self.inspect_mentions(self.p("ck"), list(self.ref))

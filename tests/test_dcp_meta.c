@@ -1,0 +1,199 @@
+/* test_dcp_meta.c - the `.metadata` codec: round trips at scale, and hostile metadata rejected. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "dcp_meta.h"
+#include "harness.h"
+#include "pickle.h"
+
+static void build_model(ck_meta *m, size_t nkeys) {
+    memset(m, 0, sizeof *m);
+    uint32_t f0, f1;
+    ck_meta_file(m, "__0_0.distcp", &f0);
+    ck_meta_file(m, "__1_0.distcp", &f1);
+    for (size_t i = 0; i < nkeys; i++) {
+        char key[64];
+        snprintf(key, sizeof key, "model.layer%04zu.weight", i);
+        ck_entry *e;
+        ck_meta_add(m, key, &e);
+        if (i % 7 == 3) {
+            e->is_bytes = 1;
+            ck_chunk c;
+            memset(&c, 0, sizeof c);
+            c.file = f1;
+            c.offset = 1000 + i;
+            c.length = 55;
+            ck_entry_add_chunk(e, &c);
+            continue;
+        }
+        e->dtype = (int)(i % SCK_DTYPE_COUNT);
+        snprintf(e->dtype_name, sizeof e->dtype_name, "%s", sck_dtype_name((sck_dtype)e->dtype));
+        e->ndim = 2;
+        e->shape[0] = (int64_t)(i % 5) + 2;
+        e->shape[1] = 3000000000ll; /* > 2^31: exercises LONG1 */
+        for (int64_t r = 0; r < e->shape[0]; r++) {
+            ck_chunk c;
+            memset(&c, 0, sizeof c);
+            c.box.ndim = 2;
+            c.box.off[0] = r;
+            c.box.size[0] = 1;
+            c.box.size[1] = e->shape[1];
+            c.file = r % 2 ? f1 : f0;
+            c.offset = (uint64_t)r * 5000000000ull;
+            c.length = 777;
+            ck_entry_add_chunk(e, &c);
+        }
+    }
+    ck_meta_finish(m, "test");
+}
+
+TEST(dcp_meta_round_trip_2500_entries) {
+    ck_meta m, back;
+    build_model(&m, 2500);
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(dcp_meta_encode(&m, &b));
+    REQUIRE_OK(dcp_meta_decode(b.data, b.len, "rt", &back));
+    REQUIRE(back.n == m.n);
+    for (size_t i = 0; i < m.n; i++) {
+        ck_entry *x = &m.e[i], *y = &back.e[i];
+        CHECK(!strcmp(x->key, y->key));
+        CHECK(x->is_bytes == y->is_bytes);
+        REQUIRE(x->nchunks == y->nchunks);
+        if (!x->is_bytes) {
+            CHECK(x->dtype == y->dtype && x->ndim == y->ndim && !memcmp(x->shape, y->shape, sizeof x->shape));
+        }
+        for (size_t c = 0; c < x->nchunks; c++) {
+            CHECK(box_equal(&x->chunks[c].box, &y->chunks[c].box) || x->is_bytes);
+            CHECK(x->chunks[c].offset == y->chunks[c].offset && x->chunks[c].length == y->chunks[c].length);
+            CHECK(!strcmp(m.files[x->chunks[c].file], back.files[y->chunks[c].file]));
+        }
+    }
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+    ck_meta_free(&back);
+}
+
+TEST(dcp_meta_is_valid_python_pickle) {
+    /* Python's own pickletools must walk our pickle (structure check; no torch needed). */
+    ck_meta m;
+    build_model(&m, 30);
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(dcp_meta_encode(&m, &b));
+    char path[4096];
+    snprintf(path, sizeof path, "%s/meta.pkl", th_tmpdir());
+    FILE *f = fopen(path, "wb");
+    REQUIRE(f);
+    fwrite(b.data, 1, b.len, f);
+    fclose(f);
+    char cmd[8192];
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import pickletools,sys; pickletools.dis(open('%s','rb').read(), out=open('/dev/null','w'))\"", path);
+    CHECK(system(cmd) == 0);
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+}
+
+TEST(dcp_meta_rejects_wrong_root_and_globals) {
+    ck_meta m;
+    /* not a Metadata */
+    sck_buf b;
+    sck_buf_init(&b);
+    pk_writer w;
+    pk_begin(&w, &b, 4);
+    pk_int(&w, 5);
+    pk_finish(&w);
+    CHECK_ERR(dcp_meta_decode(b.data, b.len, "x/.metadata", &m), SCK_ERR_FORMAT, "x/.metadata: not a DCP Metadata object");
+    sck_buf_free(&b);
+    /* builtins.eval */
+    sck_buf_init(&b);
+    pk_begin(&w, &b, 2);
+    pk_global(&w, "builtins", "eval");
+    pk_cstr(&w, "1+1");
+    pk_tuple(&w, 1);
+    pk_reduce(&w);
+    pk_finish(&w);
+    CHECK_ERR(dcp_meta_decode(b.data, b.len, "x/.metadata", &m), SCK_ERR_UNSUPPORTED, "builtins.eval");
+    sck_buf_free(&b);
+}
+
+/* Encodes a one-tensor model, then patches fields to hostile values before decoding. */
+static int decode_patched(const char *relpath, int64_t off0, int64_t size0) {
+    ck_meta m;
+    memset(&m, 0, sizeof m);
+    uint32_t f;
+    ck_meta_file(&m, relpath, &f);
+    ck_entry *e;
+    ck_meta_add(&m, "w", &e);
+    e->dtype = SCK_F32;
+    e->ndim = 1;
+    e->shape[0] = 4;
+    ck_chunk c;
+    memset(&c, 0, sizeof c);
+    c.box.ndim = 1;
+    c.box.off[0] = off0;
+    c.box.size[0] = size0;
+    c.file = f;
+    c.length = 10;
+    ck_entry_add_chunk(e, &c);
+    sck_buf b;
+    sck_buf_init(&b);
+    dcp_meta_encode(&m, &b);
+    ck_meta back;
+    int rc = dcp_meta_decode(b.data, b.len, "t/.metadata", &back);
+    if (!rc) ck_meta_free(&back);
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+    return rc;
+}
+
+TEST(dcp_meta_rejects_path_escapes_and_out_of_bounds_chunks) {
+    CHECK_OK(decode_patched("__0_0.distcp", 0, 4));
+    CHECK_ERR(decode_patched("../etc/passwd", 0, 4), SCK_ERR_FORMAT, "is not a plain file name");
+    CHECK_ERR(decode_patched("/abs", 0, 4), SCK_ERR_FORMAT, "is not a plain file name");
+    CHECK_ERR(decode_patched("..", 0, 4), SCK_ERR_FORMAT, "is not a plain file name");
+    CHECK_ERR(decode_patched("__0_0.distcp", 2, 4), SCK_ERR_FORMAT, "chunk 0 lies outside the tensor");
+    CHECK_ERR(decode_patched("__0_0.distcp", -1, 2), SCK_ERR_FORMAT, "lies outside");
+}
+
+TEST(dcp_meta_every_truncation_is_rejected) {
+    ck_meta m;
+    build_model(&m, 5);
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(dcp_meta_encode(&m, &b));
+    for (size_t n = 0; n < b.len; n++) {
+        ck_meta back;
+        int rc = dcp_meta_decode(b.data, n, "t", &back);
+        if (rc == SCK_OK) {
+            ck_meta_free(&back);
+            th_fail(__FILE__, __LINE__, "truncated metadata accepted");
+            break;
+        }
+    }
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+}
+
+TEST(dcp_meta_random_mutations_never_crash) {
+    ck_meta m;
+    build_model(&m, 4);
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(dcp_meta_encode(&m, &b));
+    uint8_t *copy = malloc(b.len);
+    uint64_t x = 88172645463325252ull;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(copy, b.data, b.len);
+        for (int k = 0; k < 3; k++) {
+            x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+            copy[x % b.len] = (uint8_t)(x >> 32);
+        }
+        ck_meta back;
+        if (dcp_meta_decode(copy, b.len, "t", &back) == SCK_OK) ck_meta_free(&back);
+    }
+    free(copy);
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+}
