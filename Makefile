@@ -8,7 +8,7 @@ WARN    := -Wall -Wextra -Werror -Wshadow -Wstrict-prototypes -Wmissing-prototyp
 CFLAGS  ?=
 CPPFLAGS_ALL := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS_ALL   := -std=c11 $(OPT) $(WARN) -fPIC $(CFLAGS)
-LDLIBS_ALL   := -lz -lpthread -lm
+LDLIBS_ALL   := -lisal -lpthread -lm
 
 # The core library: everything in src/ except optional backends (MPI has its own library).
 LIB_SRC := $(filter-out src/comm_mpi.c,$(wildcard src/*.c))

@@ -44,7 +44,7 @@ void zip_plan_free(zip_plan *p);
 /* Convenience: the whole archive (headers + payloads) into `out`. */
 int zip_build_mem(sck_buf *out, const zip_entry *e, size_t n, const char *prefix, uint32_t align);
 
-/* CRC-32 (zlib) of a buffer, continuing from `crc` (start with 0). */
+/* CRC-32 (zip/zlib polynomial, via ISA-L) of a buffer, continuing from `crc` (start with 0). */
 uint32_t sck_crc32(uint32_t crc, const void *p, size_t n);
 
 /* ---- reader ---- */
