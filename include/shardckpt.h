@@ -311,8 +311,17 @@ typedef struct sck_save_opts {
  * and global shape on all ranks; the boxes of each tensor do not overlap
  * (replicated copies aside) and cover it exactly once.
  *
- * Errors (the same on every rank): SCK_ERR_INVALID_ARG, SCK_ERR_MISMATCH,
- * SCK_ERR_COVERAGE, SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
+ * Atomic: ranks write into the sibling directory `<dir>.tmp-<id>`, which
+ * replaces `dir` only once complete (docs/FORMAT.md, "Commit").  On error,
+ * and after a crash at any point, `dir` is the previous checkpoint (or
+ * absent if there was none).  Saving over an existing `dir` replaces it
+ * whole, so it may hold only checkpoint files (`.metadata`, `*.distcp`);
+ * the parent directory must be writable.  One save per `dir` at a time.
+ * Every item's CRC-32C is recorded in `.metadata`, where torch ignores it.
+ *
+ * Errors (the same on every rank): SCK_ERR_INVALID_ARG (also: `dir` holds
+ * other files), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE, SCK_ERR_IO,
+ * SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
  */
 int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 
@@ -327,6 +336,10 @@ typedef struct sck_load_opts {
 #define SCK_LOAD_ALLOW_MISSING 0x1u
 /** Keys in the checkpoint that were not requested are an error. */
 #define SCK_LOAD_REJECT_UNEXPECTED 0x2u
+/** Skip checking CRC-32Cs.  By default every item read whole or in part is
+ *  checked once against the checksum in `.metadata` (checkpoints without
+ *  checksums, e.g. torch-written, are read unchecked). */
+#define SCK_LOAD_NO_VERIFY 0x4u
 
 /**
  * Loads checkpoint `dir` into the state of every rank: each tensor box /
@@ -336,10 +349,65 @@ typedef struct sck_load_opts {
  * Errors (the same on every rank): SCK_ERR_MISSING_KEY (strict by default),
  * SCK_ERR_UNEXPECTED_KEY (with SCK_LOAD_REJECT_UNEXPECTED), SCK_ERR_MISMATCH
  * (dtype, shape or kind differ), SCK_ERR_COVERAGE (the saved chunks do not
- * cover a requested region), SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO,
- * SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
+ * cover a requested region, or overlap), SCK_ERR_CHECKSUM (stored bytes do
+ * not match their CRC-32C; the message names file, key, item offset and
+ * chunk), SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO, SCK_ERR_NOMEM,
+ * SCK_ERR_COMM, SCK_ERR_PEER.
  */
 int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts);
+
+/* ------------------------------------------------------------------------ */
+/* Full (consolidated) checkpoints: safetensors and Hugging Face layouts      */
+/* ------------------------------------------------------------------------ */
+
+typedef enum sck_full_format {
+    /** One safetensors file at `path`. */
+    SCK_FULL_SAFETENSORS = 0,
+    /** Directory `path` (created if needed) in the Hugging Face sharded layout:
+     *  model-0000K-of-0000N.safetensors files plus model.safetensors.index.json
+     *  {"metadata": {"total_size": N}, "weight_map": {tensor: file}}, written even for one shard. */
+    SCK_FULL_HF_SHARDED = 1
+} sck_full_format;
+
+typedef struct sck_full_opts {
+    sck_full_format format;
+    /** Bit set of SCK_SAVE_* flags (SCK_SAVE_NO_FSYNC). */
+    unsigned flags;
+    /** HF layout: most tensor bytes per file (headers not counted); a larger tensor gets a file of
+     *  its own.  0 means 5 GB (5e9 bytes), transformers' default "5GB". */
+    uint64_t max_shard_bytes;
+    /** Reserved, must be 0. */
+    unsigned reserved[6];
+} sck_full_opts;
+
+/**
+ * Saves the state of every rank of `comm` as ONE consolidated checkpoint:
+ * every tensor whole, in key order, with dtypes and shapes as given.
+ * Collective: every rank calls it with the same `path` and options.  opts
+ * may be NULL (one safetensors file, fsync on).
+ *
+ * No rank gathers tensor data: ranks exchange only their box lists, every
+ * rank computes the same file layout, rank 0 writes the headers, and each
+ * rank writes its own boxes' bytes straight to their final offsets.  Extra
+ * memory is the plan and the headers, never tensor data.  Files are written
+ * under "<name>.tmp" and renamed once every rank has written and synced;
+ * for the HF layout an old index is removed first and the new index, written
+ * last, is the commit marker.  Shards of an earlier save that the new index
+ * does not name (model-*-of-*.safetensors) are removed.
+ *
+ * Blobs and values go into the first file's `__metadata__` as JSON text under
+ * their own key (blobs as {"__bytes__": "<hex>"}); every file's __metadata__
+ * also holds "format": "pt", so "format" is a reserved key.  sck_load and
+ * sck_ckpt_open read the tensors of such files back into any sharding.
+ *
+ * Errors (the same on every rank): SCK_ERR_INVALID_ARG (bad options, reserved
+ * key, name not valid UTF-8), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE (as sck_save),
+ * SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.  On error the
+ * temporary files are removed and an existing single file is left as it was;
+ * an HF directory is left without an index, so it is never taken for a
+ * complete checkpoint.
+ */
+int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const sck_full_opts *opts);
 
 /* ------------------------------------------------------------------------ */
 /* Reading what a checkpoint holds (no communicator needed)                  */
@@ -370,7 +438,9 @@ typedef struct sck_chunk_info {
 
 /** Opens checkpoint directory `dir` and reads its `.metadata` (or a safetensors
  *  file / Hugging Face sharded directory, see docs/FORMAT.md).  *out is owned by the
- *  caller (sck_ckpt_close).  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
+ *  caller (sck_ckpt_close).  Reads check CRC-32Cs where `.metadata` records them.
+ *  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM,
+ *  SCK_ERR_COVERAGE (saved chunks of a tensor overlap). */
 int sck_ckpt_open(const char *dir, sck_ckpt **out);
 void sck_ckpt_close(sck_ckpt *ck);
 /** Number of entries, sorted by key. */
@@ -385,6 +455,23 @@ long sck_ckpt_find(const sck_ckpt *ck, const char *key);
  *  caller-owned, product(sizes)*elem bytes), from whichever chunks overlap it.
  *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_COVERAGE, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
 int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst);
+/** What sck_ckpt_verify checked. */
+typedef struct sck_verify_stats {
+    uint64_t entries;         /**< entries checked */
+    uint64_t chunks;          /**< chunks (items) read whole */
+    uint64_t checksummed;     /**< of those, chunks whose CRC-32C matched */
+    uint64_t bytes;           /**< item bytes read */
+} sck_verify_stats;
+
+/** Checks the whole checkpoint: every chunk's item is readable in full and
+ *  decodes (tensor items: archive and data.pkl agree with the metadata's
+ *  dtype and chunk shape); the chunks of each tensor cover it exactly once;
+ *  every recorded CRC-32C matches.  Stops at the first problem.  stats may
+ *  be NULL.  Errors: SCK_ERR_COVERAGE (overlap or hole: names the tensor),
+ *  SCK_ERR_CHECKSUM, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO (each
+ *  naming the file, key and item offset), SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG. */
+int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats);
+
 /** Reads byte entry i.  If it is a torch.save archive of a plain Python value
  *  (int, float, str, bytes, bool, None, list, tuple, dict), *value receives it
  *  and *data is NULL; otherwise *data and *n receive the raw bytes and *value is

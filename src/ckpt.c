@@ -10,6 +10,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "commit.h"
+#include "crc32c.h"
 #include "torch_item.h"
 #include "zip.h"
 
@@ -17,6 +19,7 @@
 #define WINDOW_BYTES (16u << 20)     /* read-ahead window for scattered small runs */
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
+#define CHECK_BUF (4u << 20)         /* read size when checksumming a whole item */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     if (!ck->res) return;
@@ -39,6 +42,28 @@ void sck_ckpt_close(sck_ckpt *ck) {
     free(ck);
 }
 
+/* Saved chunks of one tensor must not overlap: which copy would a read return?  Holes are allowed
+ * (reads of covered boxes still work; others fail with SCK_ERR_COVERAGE). */
+static int check_overlaps(const sck_ckpt *ck) {
+    size_t most = 0;
+    for (size_t i = 0; i < ck->m.n; i++)
+        if (!ck->m.e[i].is_bytes && ck->m.e[i].nchunks > most) most = ck->m.e[i].nchunks;
+    if (most < 2) return SCK_OK;
+    sck_box *boxes = malloc(most * sizeof *boxes);
+    if (!boxes) return sck_err(SCK_ERR_NOMEM, "%s: out of memory checking chunk overlaps", ck->dir);
+    int rc = SCK_OK;
+    for (size_t i = 0; i < ck->m.n && !rc; i++) {
+        const ck_entry *e = &ck->m.e[i];
+        if (e->is_bytes || e->nchunks < 2) continue;
+        for (size_t c = 0; c < e->nchunks; c++) boxes[c] = e->chunks[c].box;
+        long a, b;
+        if (!box_cover_exact(e->ndim, e->shape, boxes, e->nchunks, &a, &b) && a >= 0 && b >= 0)
+            rc = sck_err(SCK_ERR_COVERAGE, "%s: tensor '%s': saved chunks %ld and %ld overlap", ck->dir, e->key, a, b);
+    }
+    free(boxes);
+    return rc;
+}
+
 int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
     *out = NULL;
     sck_ckpt *ck = calloc(1, sizeof *ck);
@@ -56,6 +81,12 @@ int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
     for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = -1;
+    ck->verify = 1;
+    int rc = check_overlaps(ck);
+    if (rc) {
+        sck_ckpt_close(ck);
+        return rc;
+    }
     *out = ck;
     return SCK_OK;
 }
@@ -69,9 +100,21 @@ int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt 
     return ckpt_from_model(dir, &m, out);
 }
 
-int sck_ckpt_open(const char *path, sck_ckpt **out) {
-    if (!path || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_open: NULL argument");
+static int open_path(const char *path, sck_ckpt **out);
+
+int sck_ckpt_open(const char *dir, sck_ckpt **out) {
+    if (!dir || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_open: NULL argument");
     *out = NULL;
+    /* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h). */
+    char *path;
+    int rc = commit_resolve(dir, &path);
+    if (rc) return rc;
+    rc = open_path(path, out);
+    free(path);
+    return rc;
+}
+
+static int open_path(const char *path, sck_ckpt **out) {
     struct stat sb;
     if (stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open checkpoint", path);
     char mp[4096];
@@ -168,7 +211,7 @@ static int check_window(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c
 }
 
 /* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
-static int resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
+int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
     if (!ck->res[ei]) {
@@ -266,6 +309,52 @@ out:
     return rc;
 }
 
+static void fmt_dims(char *buf, size_t cap, const sck_box *b) {
+    size_t k = (size_t)snprintf(buf, cap, "[");
+    for (int d = 0; d < b->ndim && k < cap; d++) k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)b->off[d]);
+    if (k < cap) snprintf(buf + k, cap - k, "]");
+}
+
+int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    char what[4600];
+    item_what(ck, e, c, what, sizeof what);
+    int fd;
+    uint64_t fsize;
+    int rc = get_file(ck, c->file, &fd, &fsize);
+    if (rc || (rc = check_window(ck, e, c, fsize))) return rc;
+    uint64_t end = c->offset + c->length, pos = c->offset;
+    uint8_t *buf = NULL;
+    uint32_t crc = 0;
+    while (pos < end && !rc) {
+        if (known && pos >= known_off && pos < known_off + known_len) {
+            uint64_t k = known_off + known_len - pos;
+            if (k > end - pos) k = end - pos;
+            crc = sck_crc32c(crc, known + (pos - known_off), (size_t)k);
+            pos += k;
+            continue;
+        }
+        uint64_t k = end - pos < CHECK_BUF ? end - pos : CHECK_BUF;
+        if (known && known_off > pos && known_off - pos < k) k = known_off - pos;
+        if (!buf && !(buf = malloc(CHECK_BUF))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a checksum buffer", what);
+        if (!(rc = sck_pread_full(fd, buf, (size_t)k, pos, what))) crc = sck_crc32c(crc, buf, (size_t)k);
+        pos += k;
+    }
+    free(buf);
+    if (!rc && c->has_crc && crc != c->crc32c) {
+        char at[400] = "";
+        if (!e->is_bytes) {
+            char dims[360];
+            fmt_dims(dims, sizeof dims, &c->box);
+            snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
+        }
+        rc = sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
+                     (unsigned long long)c->offset, (unsigned long long)end, crc, c->crc32c);
+    }
+    return rc;
+}
+
 /* Copies runs from the file into the destination, through a read-ahead window for small runs. */
 typedef struct run_ctx {
     int fd;
@@ -312,10 +401,18 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
     return 0;
 }
 
-/* Counts runs so we only allocate a read-ahead window when there is more than one. */
+/* Counts runs so we only allocate a read-ahead window when there is more than one; keeps the first. */
+typedef struct run_count {
+    uint64_t n, src, dst, len;
+} run_count;
+
 static int count_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
-    (void)s; (void)d; (void)n;
-    (*(uint64_t *)vctx)++;
+    run_count *rc = vctx;
+    if (rc->n++ == 0) {
+        rc->src = s;
+        rc->dst = d;
+        rc->len = n;
+    }
     return 0;
 }
 
@@ -323,7 +420,14 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
     ck_res *r = NULL;
-    int rc = resolve_chunk(ck, ei, ci, &r);
+    int rc = ckpt_resolve_chunk(ck, ei, ci, &r);
+    if (rc && ck->verify && c->has_crc) {
+        /* Undecodable: if the bytes are not what was saved, say that instead. */
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", sck_last_error());
+        if (ckpt_check_item(ck, ei, ci, NULL, 0, 0) == SCK_ERR_CHECKSUM) return SCK_ERR_CHECKSUM;
+        sck_err_set_raw(msg);
+    }
     if (rc) return rc;
     char what[4600];
     item_what(ck, e, c, what, sizeof what);
@@ -336,14 +440,28 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     rx.limit = c->offset + c->length;
     rx.elem = sck_dtype_size((sck_dtype)e->dtype);
     rx.swap = r->swap;
-    uint64_t nruns = 0;
-    box_runs(&c->box, r->strides, want, ov, rx.elem, count_run, &nruns);
-    if (nruns > 1) {
+    run_count runs;
+    memset(&runs, 0, sizeof runs);
+    box_runs(&c->box, r->strides, want, ov, rx.elem, count_run, &runs);
+    /* Checksums cover whole items.  When this read brings the chunk's whole payload in one run (the
+     * same sharding as the save), only the rest of the item is read again to check it; otherwise the
+     * item is checked first. */
+    int check = ck->verify && c->has_crc && !r->verified;
+    int after = check && !r->swap && runs.n == 1 && runs.src == 0 && runs.len == box_numel(&c->box) * rx.elem;
+    if (check && !after) {
+        if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
+        r->verified = 1;
+    }
+    if (runs.n > 1) {
         rx.win = malloc(WINDOW_BYTES);
         if (!rx.win) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a read window", what);
     }
     rc = box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
     free(rx.win);
+    if (!rc && after) {
+        rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + runs.dst, r->data_off, runs.len);
+        r->verified = !rc;
+    }
     return rc;
 }
 
@@ -399,7 +517,8 @@ int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n) {
     if (c->length > SIZE_MAX - 1) return sck_err(SCK_ERR_NOMEM, "%s: too large", what);
     uint8_t *p = malloc(c->length ? c->length : 1);
     if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %llu bytes", what, (unsigned long long)c->length);
-    if ((rc = sck_pread_full(fd, p, c->length, c->offset, what))) {
+    if ((rc = sck_pread_full(fd, p, c->length, c->offset, what)) ||
+        (ck->verify && c->has_crc && (rc = ckpt_check_item(ck, ei, 0, p, c->offset, c->length)))) {
         free(p);
         return rc;
     }

@@ -9,6 +9,7 @@ typedef struct ck_res {
     uint64_t data_off;              /* absolute file offset of element 0 of the chunk's view */
     int64_t strides[SCK_MAX_DIMS];  /* element strides of the stored view */
     int swap;                       /* stored big-endian */
+    int verified;                   /* the item's bytes matched its CRC-32C */
 } ck_res;
 
 typedef struct ck_file {
@@ -22,6 +23,7 @@ struct sck_ckpt {
     ck_file *files;                 /* parallel to m.files */
     ck_res **res;                   /* per entry, per chunk; allocated lazily */
     size_t *order;                  /* scratch */
+    int verify;                     /* check CRC-32Cs when reading (default on) */
 };
 
 /* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */
@@ -30,6 +32,14 @@ int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt 
 int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out);
 /* Safetensors sources: a single file, or a directory with model.safetensors.index.json. */
 int ckpt_open_safetensors(const char *path, sck_ckpt **out);
+/* Resolves where chunk ci of tensor entry ei keeps its elements (zip + data.pkl checked against the
+ * metadata); *out stays owned by ck. */
+int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out);
+/* Reads all bytes of chunk ci's item and, if the metadata records a CRC-32C, checks them against it.
+ * `known`, if not NULL, already holds the file's bytes [known_off, known_off+known_len) (inside the
+ * item), which are then not read again.  Errors: SCK_ERR_CHECKSUM (names file, key, item offset and
+ * chunk), SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
+int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */
 int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst);
 /* Reads the raw bytes of a bytes entry (caller frees). */

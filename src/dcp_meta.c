@@ -233,6 +233,11 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
             pk_int(&w, (int64_t)ch->offset);
             pk_cstr(&w, "length");
             pk_int(&w, (int64_t)ch->length);
+            if (ch->has_crc) {
+                /* An extra BUILD key: pickle sets it as an instance attribute, which torch never reads. */
+                pk_cstr(&w, DCP_CRC_KEY);
+                pk_int(&w, (int64_t)ch->crc32c);
+            }
             enc_obj_end(&w);
             if (k % 1000 == 999 || k + 1 == total) pk_setitems(&w);
         }
@@ -397,6 +402,9 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
         return sck_err(SCK_ERR_FORMAT, "%s: '%s': relative_path '%s' is not a plain file name in the checkpoint directory", what,
                        fqn->s, rp->s);
     if (off > UINT64_MAX - len) return sck_err(SCK_ERR_FORMAT, "%s: '%s': offset+length overflows", what, fqn->s);
+    const pk_obj *crc = attr(val, DCP_CRC_KEY);
+    if (crc && (crc->kind != PK_INT || crc->i < 0 || crc->i > (int64_t)UINT32_MAX))
+        return sck_err(SCK_ERR_FORMAT, "%s: '%s': %s is not a 32-bit unsigned integer", what, fqn->s, DCP_CRC_KEY);
     const pk_obj *td = attr(val, "transform_descriptors");
     int transformed = td && td->kind == PK_LIST && td->n > 0;
     ck_chunk *ch = NULL;
@@ -426,6 +434,8 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
     ch->offset = off;
     ch->length = len;
     ch->transformed = transformed;
+    ch->has_crc = crc != NULL;
+    ch->crc32c = crc ? (uint32_t)crc->i : 0;
     return SCK_OK;
 }
 

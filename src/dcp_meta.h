@@ -12,6 +12,8 @@ typedef struct ck_chunk {
     uint64_t length;        /* item length */
     int raw;                /* payload is plain row-major bytes at [offset, offset+length) (safetensors) */
     int transformed;        /* DCP transform descriptors present: we cannot decode the item */
+    int has_crc;            /* crc32c is known (written by shardckpt; torch records none) */
+    uint32_t crc32c;        /* CRC-32C of the item's bytes [offset, offset+length) */
 } ck_chunk;
 
 typedef struct ck_entry {
@@ -44,11 +46,16 @@ int ck_meta_finish(ck_meta *m, const char *what);
 /* Binary search; -1 if absent (after ck_meta_finish). */
 long ck_meta_find(const ck_meta *m, const char *key);
 
-/* Serializes m as DCP's Metadata (pickle protocol 4, torch 2.x class paths).  Errors: SCK_ERR_NOMEM. */
+/* The _StorageInfo attribute holding an item's CRC-32C: torch ignores attributes it does not know. */
+#define DCP_CRC_KEY "shardckpt_crc32c"
+
+/* Serializes m as DCP's Metadata (pickle protocol 4, torch 2.x class paths); chunks with has_crc get
+ * DCP_CRC_KEY in their _StorageInfo.  Errors: SCK_ERR_NOMEM. */
 int dcp_meta_encode(const ck_meta *m, sck_buf *out);
 /* Parses a `.metadata` written by torch 1.13..2.x or by us.  Accepts both module layouts, either
  * enum encoding, missing optional fields.  Checks that every chunk has storage info, files are
- * plain names (no '/', no ".."), chunks lie inside their tensor.  `what` names the file.
+ * plain names (no '/', no ".."), chunks lie inside their tensor, a DCP_CRC_KEY is a 32-bit integer.
+ * `what` names the file.
  * Errors: SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
 int dcp_meta_decode(const uint8_t *data, size_t n, const char *what, ck_meta *out);
 

@@ -1,6 +1,8 @@
-/* fileio.c - buffered sequential writes and atomic small-file commits. */
+/* fileio.c - the file-system calls of a save (each passes the test hook first), buffered sequential
+ * writes, and whole-file and whole-directory helpers. */
 #include "fileio.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -9,14 +11,99 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io_hook.h"
+
 #define STAGE_BYTES (4u << 20)   /* small pieces are batched up to this size */
 #define DIRECT_BYTES (256u << 10) /* pieces this large skip the staging copy */
+
+/* ------------------------------------------------------------------ the hooked calls */
+
+static io_hook_fn hook_fn;
+static void *hook_ctx;
+
+void io_hook_set(io_hook_fn fn, void *ctx) {
+    hook_ctx = ctx;
+    hook_fn = fn;
+}
+
+const char *io_kind_name(io_kind kind) {
+    static const char *const names[IO_NKINDS] = {"open", "pwrite", "fsync", "close", "rename", "exchange", "mkdir", "unlink", "rmdir"};
+    return kind < IO_NKINDS ? names[kind] : "?";
+}
+
+/* 0 to go on; otherwise errno is set to the injected error and -1 returned. */
+static int hooked(io_kind kind, const char *path) {
+    if (!hook_fn) return 0;
+    int e = hook_fn(hook_ctx, kind, path);
+    if (!e) return 0;
+    errno = e;
+    return -1;
+}
+
+int io_open(const char *path, int flags, mode_t mode) {
+    return hooked(IO_OPEN, path) ? -1 : open(path, flags, mode);
+}
+
+int io_fsync(int fd, const char *path) {
+    return hooked(IO_FSYNC, path) ? -1 : fsync(fd);
+}
+
+int io_close(int fd, const char *path) {
+    if (hooked(IO_CLOSE, path)) {
+        int e = errno;
+        close(fd); /* Linux releases the descriptor even when close reports an error */
+        errno = e;
+        return -1;
+    }
+    return close(fd);
+}
+
+int io_rename(const char *from, const char *to) {
+    return hooked(IO_RENAME, from) ? -1 : rename(from, to);
+}
+
+int io_exchange(const char *a, const char *b) {
+    return hooked(IO_EXCHANGE, a) ? -1 : renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+}
+
+int io_mkdir(const char *path, mode_t mode) {
+    return hooked(IO_MKDIR, path) ? -1 : mkdir(path, mode);
+}
+
+int io_unlink(const char *path) {
+    return hooked(IO_UNLINK, path) ? -1 : unlink(path);
+}
+
+int io_rmdir(const char *path) {
+    return hooked(IO_RMDIR, path) ? -1 : rmdir(path);
+}
+
+/* pwrite looping over short writes; one hook call per request. */
+static int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
+    if (hooked(IO_PWRITE, path)) return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %zu bytes at offset %llu failed", path, n, (unsigned long long)off);
+    const uint8_t *p = buf;
+    while (n > 0) {
+        size_t k = n > (1u << 30) ? (size_t)1u << 30 : n;
+        ssize_t w = pwrite(fd, p, k, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            return sck_err_errno(SCK_ERR_IO, e, "%s: write of %zu bytes at offset %llu failed", path, n, (unsigned long long)off);
+        }
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return SCK_OK;
+}
+
+/* ------------------------------------------------------------------ sequential writer */
 
 int fw_open(fwriter *w, const char *path) {
     memset(w, 0, sizeof *w);
     w->fd = -1;
     if (!(w->path = sck_strdup(path))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
-    w->fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    w->fd = io_open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (w->fd < 0) {
         int e = errno;
         free(w->path);
@@ -28,7 +115,7 @@ int fw_open(fwriter *w, const char *path) {
 
 static int fw_flush(fwriter *w) {
     if (!w->stage.len) return SCK_OK;
-    int rc = sck_pwrite_full(w->fd, w->stage.data, w->stage.len, w->stage_off, w->path);
+    int rc = io_pwrite_full(w->fd, w->stage.data, w->stage.len, w->stage_off, w->path);
     w->stage_off += w->stage.len;
     w->stage.len = 0;
     return rc;
@@ -39,7 +126,7 @@ int fw_write(fwriter *w, const void *p, uint64_t n) {
     if (n >= DIRECT_BYTES) {
         int rc = fw_flush(w);
         if (rc) return rc;
-        rc = sck_pwrite_full(w->fd, p, n, w->pos, w->path);
+        rc = io_pwrite_full(w->fd, p, n, w->pos, w->path);
         if (rc) return rc;
         w->pos += n;
         w->stage_off = w->pos;
@@ -55,7 +142,7 @@ int fw_write(fwriter *w, const void *p, uint64_t n) {
 }
 
 void fw_abort(fwriter *w) {
-    if (w->fd >= 0) close(w->fd);
+    if (w->fd >= 0) close(w->fd); /* not hooked: an error path must never fail or leak */
     w->fd = -1;
     sck_buf_free(&w->stage);
     free(w->path);
@@ -64,24 +151,41 @@ void fw_abort(fwriter *w) {
 
 int fw_close(fwriter *w, int do_fsync) {
     int rc = fw_flush(w);
-    if (!rc && do_fsync && fsync(w->fd) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
-    if (close(w->fd) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
+    if (!rc && do_fsync && io_fsync(w->fd, w->path) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
+    if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
     w->fd = -1;
     fw_abort(w);
     return rc;
 }
 
+/* ------------------------------------------------------------------ whole files and directories */
+
+int write_file(const char *dir, const char *name, const void *data, size_t n, int do_fsync) {
+    char path[4096];
+    int k = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
+    fwriter w;
+    int rc = fw_open(&w, path);
+    if (rc) return rc;
+    if ((rc = io_pwrite_full(w.fd, data, n, 0, path))) {
+        fw_abort(&w);
+        return rc;
+    }
+    return fw_close(&w, do_fsync);
+}
+
 int fsync_dir(const char *dir) {
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd = io_open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC, 0);
     if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open directory", dir);
     int rc = SCK_OK;
-    if (fsync(fd) != 0 && errno != EINVAL) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync of directory failed", dir);
-    close(fd);
+    /* EINVAL: the file system cannot sync directories (nothing to do) */
+    if (io_fsync(fd, dir) != 0 && errno != EINVAL) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync of directory failed", dir);
+    if (io_close(fd, dir) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close of directory failed", dir);
     return rc;
 }
 
 int ensure_dir(const char *dir) {
-    if (mkdir(dir, 0755) == 0) return SCK_OK;
+    if (io_mkdir(dir, 0755) == 0) return SCK_OK;
     int e = errno;
     struct stat sb;
     if (e == EEXIST && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return SCK_OK;
@@ -89,29 +193,22 @@ int ensure_dir(const char *dir) {
     return sck_err_errno(SCK_ERR_IO, e, "%s: cannot create directory", dir);
 }
 
-int write_file_atomic(const char *dir, const char *name, const void *data, size_t n, int do_fsync) {
-    char tmp[4096], dst[4096];
-    int k1 = snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, name);
-    int k2 = snprintf(dst, sizeof dst, "%s/%s", dir, name);
-    if (k1 < 0 || k2 < 0 || (size_t)k1 >= sizeof tmp || (size_t)k2 >= sizeof dst)
-        return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
-    fwriter w;
-    int rc = fw_open(&w, tmp);
-    if (rc) return rc;
-    rc = sck_pwrite_full(w.fd, data, n, 0, tmp);
-    if (rc) {
-        fw_abort(&w);
-        unlink(tmp);
-        return rc;
+int remove_flat_dir(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT) return SCK_OK;
+        return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open directory to remove it", dir);
     }
-    if ((rc = fw_close(&w, do_fsync))) {
-        unlink(tmp);
-        return rc;
+    int rc = SCK_OK;
+    struct dirent *de;
+    char p[4096];
+    while (!rc && (de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        int k = snprintf(p, sizeof p, "%s/%s", dir, de->d_name);
+        if (k < 0 || (size_t)k >= sizeof p) rc = sck_err(SCK_ERR_IO, "%s: path too long", dir);
+        else if (io_unlink(p) != 0 && errno != ENOENT) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove", p);
     }
-    if (rename(tmp, dst) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return sck_err_errno(SCK_ERR_IO, e, "%s: cannot rename to %s", tmp, dst);
-    }
-    return do_fsync ? fsync_dir(dir) : SCK_OK;
+    closedir(d);
+    if (!rc && io_rmdir(dir) != 0 && errno != ENOENT) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove directory", dir);
+    return rc;
 }

@@ -1,9 +1,23 @@
-/* fileio.h - sequential file writing with a staging buffer for small pieces and direct writes for
- * large ones, plus the fsync/rename steps of committing a file. */
+/* fileio.h - every file-system call a save makes, through one thin layer (so tests can fail any of
+ * them, see io_hook.h): sequential file writing with a staging buffer for small pieces and direct
+ * writes for large ones, fsync, rename, and removal of the flat directories a save leaves behind. */
 #ifndef SCK_FILEIO_H
 #define SCK_FILEIO_H
 
+#include <sys/types.h>
+
 #include "util.h"
+
+/* The raw calls: same contract as the system calls (-1 and errno on failure). */
+int io_open(const char *path, int flags, mode_t mode);
+int io_fsync(int fd, const char *path);
+int io_close(int fd, const char *path);
+int io_rename(const char *from, const char *to);
+/* Atomically swaps two existing paths (renameat2 RENAME_EXCHANGE); EINVAL/ENOSYS where unsupported. */
+int io_exchange(const char *a, const char *b);
+int io_mkdir(const char *path, mode_t mode);
+int io_unlink(const char *path);
+int io_rmdir(const char *path);
 
 typedef struct fwriter {
     int fd;
@@ -22,10 +36,14 @@ int fw_close(fwriter *w, int do_fsync);
 /* Releases resources without flushing (after an error). */
 void fw_abort(fwriter *w);
 
-/* Writes `data` to dir/name atomically: dir/name.tmp, fsync, rename, fsync(dir).  Errors: SCK_ERR_IO. */
-int write_file_atomic(const char *dir, const char *name, const void *data, size_t n, int do_fsync);
+/* Writes `data` as the new file dir/name (optionally fsynced).  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
+int write_file(const char *dir, const char *name, const void *data, size_t n, int do_fsync);
 /* mkdir that accepts an existing directory.  Errors: SCK_ERR_IO. */
 int ensure_dir(const char *dir);
+/* fsync of a directory, so entries created or renamed in it are durable.  Errors: SCK_ERR_IO. */
 int fsync_dir(const char *dir);
+/* Removes a directory holding only files (what a save creates): unlinks every entry, then rmdir.
+ * Errors: SCK_ERR_IO (a sub-directory, or a failed call; the message names the path). */
+int remove_flat_dir(const char *dir);
 
 #endif

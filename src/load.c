@@ -7,6 +7,7 @@
 
 #include "ckpt.h"
 #include "comm.h"
+#include "commit.h"
 #include "state.h"
 
 static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -98,7 +99,7 @@ static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
 
 /* DCP directories: rank 0 reads .metadata once and broadcasts it.  Other sources are small headers
  * every rank reads itself. */
-static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
+static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     struct stat sb;
     char mp[4096];
     snprintf(mp, sizeof mp, "%s/.metadata", dir);
@@ -129,12 +130,23 @@ static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     return comm_agree(comm, local);
 }
 
+/* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h).  A rank
+ * that cannot resolve it joins open_resolved's first collective (one comm_agree) with its error. */
+static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
+    char *path = NULL;
+    int local = commit_resolve(dir, &path);
+    int rc = local ? comm_agree(comm, local) : open_resolved(comm, path, ck);
+    free(path);
+    return rc;
+}
+
 static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
     for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
     state_clear_unexpected(st);
     sck_ckpt *ck = NULL;
     int rc = open_collective(comm, dir, &ck);
     if (rc) return rc;
+    ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
     int local = load_local(ck, st, flags);
     sck_ckpt_close(ck);
     return comm_agree(comm, local);
@@ -144,7 +156,7 @@ int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts
     sck_err_clear();
     if (!dir || !*dir || !st) return sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
     unsigned flags = opts ? opts->flags : 0;
-    if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED))
+    if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY))
         return sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
     if (comm) return load_collective(comm, dir, st, flags);
     sck_comm *single = sck_comm_single();

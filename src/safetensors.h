@@ -46,4 +46,15 @@ long st_find(const st_header *h, const char *name);
  * implementation does.  `out` receives the 8-byte length + JSON.  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
 int st_build_header(st_tensor *t, size_t n, const sck_value *metadata, sck_buf *out);
 
+/* Reads and parses the header of the safetensors file at `path` (st_parse_header's checks).
+ * Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
+int st_read_header_file(const char *path, st_header *out);
+
+/* The values a full save stored in __metadata__ (see docs/FORMAT.md): for a .safetensors file or a
+ * Hugging Face directory (every file its index names), each __metadata__ entry whose text is valid
+ * JSON becomes a value ({"__bytes__": hex} a bytes value); other entries, such as "format": "pt",
+ * are skipped.  The first file holding a key wins.  *out receives a dict (possibly empty) owned by
+ * the caller.  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_NOMEM. */
+int st_read_values(const char *path, sck_value **out);
+
 #endif

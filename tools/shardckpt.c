@@ -19,6 +19,7 @@ static void usage(FILE *f) {
             "  convert SRC DST --to dcp [--ranks N] write SRC as a DCP directory saved by N ranks (default 1),\n"
             "                                       each tensor split along dim 0\n"
             "  convert SRC DST --to safetensors     write SRC as one consolidated safetensors file\n"
+            "  verify PATH                          read every chunk, check coverage and CRC-32C checksums\n"
             "\n"
             "Run 'shardckpt <command> --help' for details.\n");
 }
@@ -34,6 +35,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "inspect")) return cmd_inspect(argc - 1, argv + 1);
     if (!strcmp(argv[1], "convert")) return cmd_convert(argc - 1, argv + 1);
+    if (!strcmp(argv[1], "verify")) return cmd_verify(argc - 1, argv + 1);
     fprintf(stderr, "shardckpt: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return 2;
