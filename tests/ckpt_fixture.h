@@ -1,0 +1,25 @@
+/* ckpt_fixture.h - a small multi-rank checkpoint in two versions (0 and 1, different bytes), for tests
+ * that need "the old" and "the new" checkpoint: fault injection, crashes, checksums, hostile input. */
+#ifndef SCK_TEST_CKPT_FIXTURE_H
+#define SCK_TEST_CKPT_FIXTURE_H
+
+#include "shardckpt.h"
+
+/* Saves version v from nranks thread-ranks into dir; rcs[r] / msgs[r] (if not NULL, 512 bytes each)
+ * receive each rank's status and message.  Returns rank 0's status. */
+int fx_save(const char *dir, int nranks, int v, unsigned save_flags, int *rcs, char (*msgs)[512]);
+/* Loads dir on one rank (with load_flags) and compares with both versions: returns 0 or 1 for the
+ * version every entry equals bit-exact, -1 if the load failed (sck_last_error() says why), -2 if it
+ * loaded but matches neither version (a torn checkpoint). */
+int fx_load_version(const char *dir, unsigned load_flags);
+/* Loads dir on `nranks` thread-ranks, each reading a different box of model.w than was saved. */
+int fx_load_resharded(const char *dir, int nranks, unsigned load_flags);
+/* Open file descriptors of this process. */
+int fx_count_fds(void);
+/* Entries of dir's parent other than dir itself (temporary or old directories a save left). */
+int fx_count_siblings(const char *dir);
+/* Reads / writes a whole file (test helpers; abort the test on failure by returning NULL / -1). */
+unsigned char *fx_read(const char *path, size_t *n);
+int fx_write(const char *path, const void *p, size_t n);
+
+#endif
