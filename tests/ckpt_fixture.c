@@ -8,6 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "dcp_meta.h"
 #include "harness.h"
 #include "util.h"
 
@@ -215,6 +216,39 @@ int fx_write(const char *path, const void *p, size_t n) {
     int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd < 0) return -1;
     int rc = write(fd, p, n) == (ssize_t)n ? 0 : -1;
+    close(fd);
+    return rc;
+}
+
+int fx_edit_metadata(const char *dir, void (*fn)(struct ck_meta *m, void *ctx), void *ctx) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.metadata", dir);
+    size_t n;
+    unsigned char *data = fx_read(path, &n);
+    if (!data) return SCK_ERR_IO;
+    ck_meta m;
+    int rc = dcp_meta_decode(data, n, path, &m);
+    free(data);
+    if (rc) return rc;
+    fn(&m, ctx);
+    sck_buf b;
+    sck_buf_init(&b);
+    rc = dcp_meta_encode(&m, &b);
+    if (!rc) rc = fx_write(path, b.data, b.len) ? SCK_ERR_IO : SCK_OK;
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+    return rc;
+}
+
+int fx_flip(const char *dir, const char *name, uint64_t off, unsigned char mask) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDWR);
+    if (fd < 0) return -1;
+    unsigned char c;
+    int rc = pread(fd, &c, 1, (off_t)off) == 1 ? 0 : -1;
+    c ^= mask;
+    if (!rc) rc = pwrite(fd, &c, 1, (off_t)off) == 1 ? 0 : -1;
     close(fd);
     return rc;
 }

@@ -22,4 +22,10 @@ int fx_count_siblings(const char *dir);
 unsigned char *fx_read(const char *path, size_t *n);
 int fx_write(const char *path, const void *p, size_t n);
 
+/* Decodes dir/.metadata, lets fn change the model, writes it back.  Returns a status. */
+struct ck_meta;
+int fx_edit_metadata(const char *dir, void (*fn)(struct ck_meta *m, void *ctx), void *ctx);
+/* XORs `mask` into the byte at `off` of dir/name.  Returns 0 or -1. */
+int fx_flip(const char *dir, const char *name, uint64_t off, unsigned char mask);
+
 #endif
