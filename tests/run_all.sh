@@ -3,6 +3,8 @@
 #   1. C unit/integration tests (optimized build)
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. interop with the real PyTorch DCP (Debian python3-torch) through the CLI
+#   4. MPI (tests/mpi/run.sh via `make test-mpi`): save/load on 1..8 ranks under mpirun, error agreement,
+#      and the fsdp_train example's resume checks (threads only when MPI is not installed)
 # Prints one line per suite and the closing "N passed, N failed" summed over all of them.
 set -u
 cd "$(dirname "$0")/.." || exit 2
@@ -41,6 +43,10 @@ fi
 echo "== torch interop (tests/interop)"
 $PYTHON tests/interop/run_interop.py > "$log" 2>&1 || status=1
 count "torch interop"
+
+echo "== MPI and fsdp_train (tests/mpi)"
+$MAKE --no-print-directory test-mpi > "$log" 2>&1 || status=1
+count "MPI and fsdp_train"
 
 rm -f "$log"
 echo "$total_pass passed, $total_fail failed"
