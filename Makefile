@@ -112,6 +112,30 @@ test-mpi: all examples $(BUILD)/tests/f32_diff $(if $(HAVE_MPI),mpi $(MPI_TESTS)
 demo: all examples $(if $(HAVE_MPI),mpi)
 	@SCK_MPI=$(if $(HAVE_MPI),1,0) sh examples/fsdp_demo.sh $(BUILD)
 
+# Benchmark (docs/PERFORMANCE.md): shardckpt vs raw pwrite/pread and torch DCP.  `BENCH_QUICK=1 make bench`
+# for a short run; the environment variables it reads are listed by `$(BUILD)/bench/bench --help`.
+BENCH_OBJ := $(patsubst bench/%.c,$(BUILD)/obj/bench/%.o,$(filter-out bench/crc32_compare.c,$(wildcard bench/*.c)))
+
+$(BUILD)/obj/bench/%.o: bench/%.c bench/bench.h $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
+
+$(BUILD)/bench/bench: $(BENCH_OBJ) $(BUILD)/libshardckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+
+# CRC-32 implementations compared (needs zlib1g-dev and libdeflate-dev as well).
+$(BUILD)/bench/crc32_compare: bench/crc32_compare.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< -lisal -lz -ldeflate
+
+.PHONY: bench bench-crc
+bench: $(BUILD)/bench/bench
+	$(BUILD)/bench/bench
+
+bench-crc: $(BUILD)/bench/crc32_compare
+	$(BUILD)/bench/crc32_compare
+
 # The one test command (README, CI): C unit tests, the same under ASan+UBSan, torch interop.
 test: all tests
 	@sh tests/run_all.sh

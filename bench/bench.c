@@ -1,0 +1,397 @@
+/* bench.c - shardckpt save/load throughput against the raw disk baseline and torch DCP.
+ *
+ * usage: bench            (environment: see usage() or docs/PERFORMANCE.md)
+ *
+ * For each layout (few big tensors / 10k small ones), size and rank count (ranks are threads):
+ *   save           sck_save            vs raw_write (same bytes, same streams, fsync)
+ *   load           sck_load same split vs raw_read_same
+ *   load-reshard   sck_load, R -> R2 row split   vs raw_read_split over R2 streams
+ *   load-cols      sck_load, R rows -> R column blocks (every run is short)  vs raw_read_split
+ * Every phase starts with a cold page cache when we may drop it, and is timed from a barrier
+ * before to the collective's return on rank 0.  Loads are verified byte for byte (untimed).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/utsname.h>
+
+#include "bench.h"
+#include "shardckpt.h"
+
+/* ------------------------------------------------------------------ configuration */
+
+typedef struct config {
+    uint64_t sizes[8];
+    int nsizes;
+    int ranks[8];
+    int nranks;
+    int big, small;        /* layouts to run */
+    int repeat;            /* best of N */
+    int torch;             /* run torch DCP too */
+    uint64_t torch_max;    /* largest size torch runs at (big layout) */
+    uint64_t torch_small_max;
+    const char *dir;
+    const char *md;        /* append the markdown table here */
+    const char *python;
+    int dropped;           /* page cache dropped between phases */
+} config;
+
+static void usage(void) {
+    fprintf(stderr,
+            "bench: shardckpt save/load vs raw pwrite/pread and torch DCP\n"
+            "environment:\n"
+            "  BENCH_QUICK=1        256M, ranks 1,4, one repeat, no torch (unless BENCH_TORCH=1)\n"
+            "  BENCH_SIZES=256M,1G,4G   BENCH_RANKS=1,2,4,8   BENCH_LAYOUTS=big,small\n"
+            "  BENCH_REPEAT=N       best of N (default 2)\n"
+            "  BENCH_TORCH=0|1      torch DCP lines (default 1 when /usr/bin/python3 has torch)\n"
+            "  BENCH_TORCH_MAX=1G   BENCH_TORCH_SMALL_MAX=256M   largest sizes torch runs at\n"
+            "  BENCH_DIR=/tmp/shardckpt-bench   BENCH_MD=file (append the markdown table)\n");
+}
+
+static uint64_t parse_size(const char *s) {
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end == 'K' || *end == 'k') v <<= 10;
+    else if (*end == 'M' || *end == 'm') v <<= 20;
+    else if (*end == 'G' || *end == 'g') v <<= 30;
+    return v;
+}
+
+static int parse_list(const char *s, uint64_t *out, int cap, int sizes) {
+    int n = 0;
+    char buf[256];
+    snprintf(buf, sizeof buf, "%s", s);
+    for (char *tok = strtok(buf, ","); tok && n < cap; tok = strtok(NULL, ",")) out[n++] = sizes ? parse_size(tok) : strtoull(tok, NULL, 10);
+    return n;
+}
+
+static const char *env_or(const char *k, const char *d) {
+    const char *v = getenv(k);
+    return v && *v ? v : d;
+}
+
+static int torch_available(const char *python) {
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python);
+    return system(cmd) == 0;
+}
+
+static int load_config(config *c) {
+    memset(c, 0, sizeof *c);
+    int quick = atoi(env_or("BENCH_QUICK", "0"));
+    c->nsizes = parse_list(env_or("BENCH_SIZES", quick ? "256M" : "256M,1G,4G"), c->sizes, 8, 1);
+    uint64_t r[8];
+    c->nranks = parse_list(env_or("BENCH_RANKS", quick ? "1,4" : "1,2,4,8"), r, 8, 0);
+    for (int i = 0; i < c->nranks; i++) c->ranks[i] = (int)r[i];
+    const char *lay = env_or("BENCH_LAYOUTS", "big,small");
+    c->big = strstr(lay, "big") != NULL;
+    c->small = strstr(lay, "small") != NULL;
+    c->repeat = atoi(env_or("BENCH_REPEAT", quick ? "1" : "2"));
+    c->python = env_or("PYTHON", "/usr/bin/python3");
+    c->dir = env_or("BENCH_DIR", "/tmp/shardckpt-bench");
+    c->md = getenv("BENCH_MD");
+    c->torch_max = parse_size(env_or("BENCH_TORCH_MAX", "1G"));
+    c->torch_small_max = parse_size(env_or("BENCH_TORCH_SMALL_MAX", "256M"));
+    const char *t = getenv("BENCH_TORCH");
+    c->torch = t ? atoi(t) : !quick;
+    if (c->torch && !torch_available(c->python)) {
+        fprintf(stderr, "bench: %s cannot import torch; torch DCP columns skipped\n", c->python);
+        c->torch = 0;
+    }
+    for (int i = 0; i < c->nsizes; i++)
+        if (c->sizes[i] < (1u << 20)) return -1;
+    for (int i = 0; i < c->nranks; i++)
+        if (c->ranks[i] < 1 || c->ranks[i] > 64) return -1;
+    return c->nsizes && c->nranks && c->repeat >= 1 && (c->big || c->small) ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ layouts and data */
+
+/* few big: 16 tensors [rows, 1024]; many small: 10000 tensors [rows, 64]; rows a multiple of 8. */
+static layout make_layout(int big, uint64_t size) {
+    layout L;
+    L.name = big ? "big" : "small";
+    L.ntensors = big ? 16 : 10000;
+    L.cols = big ? 1024 : 64;
+    L.rows = (int64_t)(size / ((uint64_t)L.ntensors * (uint64_t)L.cols * 4)) / 8 * 8;
+    if (L.rows < 8) L.rows = 8;
+    L.tensor_bytes = (uint64_t)L.rows * (uint64_t)L.cols * 4;
+    L.bytes = L.tensor_bytes * (uint64_t)L.ntensors;
+    return L;
+}
+
+static void fill(uint8_t *p, uint64_t n) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    for (uint64_t i = 0; i + 8 <= n; i += 8) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        memcpy(p + i, &x, 8);
+    }
+}
+
+/* ------------------------------------------------------------------ shardckpt runs */
+
+enum { OP_SAVE, OP_LOAD_ROWS, OP_LOAD_COLS };
+
+typedef struct job {
+    const layout *L;
+    uint8_t *mem;
+    const char *dir;
+    int op;
+    double secs;
+    char err[1024];
+} job;
+
+static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n, int by_cols) {
+    int64_t shape[2] = {L->rows, L->cols};
+    for (int t = 0; t < L->ntensors; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "model.t%05d", t);
+        int64_t lo, hi, off[2], size[2];
+        uint8_t *data = mem + (uint64_t)t * L->tensor_bytes;
+        if (!by_cols) {
+            split_range(L->rows, n, r, &lo, &hi);
+            off[0] = lo, off[1] = 0, size[0] = hi - lo, size[1] = L->cols;
+            data += (uint64_t)lo * (uint64_t)L->cols * 4;
+        } else { /* rank r's column block lives, row-major, at rows*lo elements into tensor t's region */
+            split_range(L->cols, n, r, &lo, &hi);
+            off[0] = 0, off[1] = lo, size[0] = L->rows, size[1] = hi - lo;
+            data += (uint64_t)L->rows * (uint64_t)lo * 4;
+        }
+        int rc = sck_state_add_box(st, key, SCK_F32, 2, shape, off, size, data);
+        if (rc) return rc;
+    }
+    return SCK_OK;
+}
+
+static int rank_fn(sck_comm *c, void *arg) {
+    job *j = arg;
+    int r = sck_comm_rank(c), n = sck_comm_size(c);
+    sck_state *st = sck_state_new();
+    int rc = st ? add_boxes(st, j->L, j->mem, r, n, j->op == OP_LOAD_COLS) : SCK_ERR_NOMEM;
+    rc = sck_comm_agree(c, rc); /* doubles as the start barrier */
+    double t0 = now_s();
+    if (!rc) rc = j->op == OP_SAVE ? sck_save(c, j->dir, st, NULL) : sck_load(c, j->dir, st, NULL);
+    if (r == 0) {
+        j->secs = now_s() - t0;
+        if (rc) snprintf(j->err, sizeof j->err, "%s", sck_last_error());
+    }
+    sck_state_free(st);
+    return rc;
+}
+
+static double run_sck(const layout *L, uint8_t *mem, int nranks, const char *dir, int op, uint64_t *rss_extra) {
+    job j = {L, mem, dir, op, 0, ""};
+    uint64_t base = rss_reset_peak();
+    int rc = sck_threads_run(nranks, rank_fn, &j);
+    uint64_t peak = rss_peak();
+    if (rss_extra) *rss_extra = peak > base ? peak - base : 0;
+    if (rc) {
+        fprintf(stderr, "bench: shardckpt %s with %d ranks failed: %s\n", op == OP_SAVE ? "save" : "load", nranks, j.err);
+        return -1;
+    }
+    return j.secs;
+}
+
+/* Column-block loads: rank r's block of tensor t holds src[t][i][lo..hi) for every row i. */
+static int verify(const layout *L, const uint8_t *src, const uint8_t *dst, int cols_ranks) {
+    if (!cols_ranks) return memcmp(src, dst, L->bytes) != 0;
+    uint64_t rowb = (uint64_t)L->cols * 4;
+    for (int t = 0; t < L->ntensors; t++) {
+        const uint8_t *s = src + (uint64_t)t * L->tensor_bytes, *d = dst + (uint64_t)t * L->tensor_bytes;
+        for (int r = 0; r < cols_ranks; r++) {
+            int64_t lo, hi;
+            split_range(L->cols, cols_ranks, r, &lo, &hi);
+            uint64_t w = (uint64_t)(hi - lo) * 4;
+            const uint8_t *blk = d + (uint64_t)L->rows * (uint64_t)lo * 4;
+            for (int64_t i = 0; i < L->rows; i++)
+                if (memcmp(blk + (uint64_t)i * w, s + (uint64_t)i * rowb + (uint64_t)lo * 4, w)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------ torch DCP */
+
+/* Runs bench/torch_dcp.py; fills save/load seconds.  Returns 0 on success. */
+static int run_torch(const config *c, const layout *L, int nranks, double *save_s, double *load_s) {
+    char dir[4096], cmd[8192];
+    snprintf(dir, sizeof dir, "%s/torch", c->dir);
+    rm_dir(dir);
+    snprintf(cmd, sizeof cmd, "%s bench/torch_dcp.py %s %d %" PRId64 " %" PRId64 " %d %d 2>&1", c->python, dir, L->ntensors,
+             L->rows, L->cols, nranks, c->dropped);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    char line[1024];
+    int got = 0;
+    while (fgets(line, sizeof line, p)) {
+        if (sscanf(line, "TORCH save_s=%lf load_s=%lf", save_s, load_s) == 2) got = 1;
+        else fprintf(stderr, "  torch: %s", line);
+    }
+    int rc = pclose(p);
+    rm_dir(dir);
+    return got && rc == 0 ? 0 : -1;
+}
+
+/* ------------------------------------------------------------------ output */
+
+static FILE *md_file;
+
+static void out(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vprintf(fmt, ap);
+    va_end(ap);
+    fflush(stdout);
+    if (md_file) {
+        va_start(ap, fmt);
+        vfprintf(md_file, fmt, ap);
+        va_end(ap);
+        fflush(md_file);
+    }
+}
+
+static double gbs(uint64_t bytes, double s) { return s > 0 ? (double)bytes / s / 1e9 : 0; }
+
+static void size_name(char *buf, size_t cap, uint64_t b) {
+    if (b >= (1ull << 30)) snprintf(buf, cap, "%.2f GiB", (double)b / (double)(1ull << 30));
+    else snprintf(buf, cap, "%.0f MiB", (double)b / (double)(1ull << 20));
+}
+
+/* Best times of one operation: shardckpt, the raw baseline, raw with O_DIRECT (-1: not run). */
+typedef struct meas {
+    double sck, raw, rawd;
+    uint64_t rss;      /* shardckpt's peak RSS above what the process held before the call */
+} meas;
+
+static double best(double a, double b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
+
+/* One table line.  target: the ratio the issue asks for (0: none). */
+static void line(const char *op, const layout *L, const char *ranks, const meas *m, double target, double torch_s) {
+    char sz[32], tgt[32] = "", tor[48] = "n/a | n/a", rd[16] = "n/a";
+    size_name(sz, sizeof sz, L->bytes);
+    double ratio = m->sck > 0 && m->raw > 0 ? m->raw / m->sck : 0;
+    if (target > 0) snprintf(tgt, sizeof tgt, "%s %.1f", ratio >= target ? "ok" : "BELOW", target);
+    if (torch_s > 0) snprintf(tor, sizeof tor, "%.3f | %.1fx", gbs(L->bytes, torch_s), torch_s / m->sck);
+    if (m->rawd > 0) snprintf(rd, sizeof rd, "%.3f", gbs(L->bytes, m->rawd));
+    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %s | %6.0f |\n", op, L->name, sz, ranks,
+        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, tor, (double)m->rss / (1 << 20));
+}
+
+/* Rank count of the resharded load: changes the split so boundaries fall inside saved chunks. */
+static int reshard_ranks(int r) { return r <= 2 ? r + 1 : r * 3 / 4; }
+
+/* Times one shardckpt call from a cold cache (save: into a fresh directory; load: into a cleared
+ * destination, verified afterwards against src). */
+static int sck_phase(const layout *L, const uint8_t *src, uint8_t *mem, int R, const char *dir, int op, meas *m) {
+    if (op == OP_SAVE) rm_dir(dir);
+    else memset(mem, 0, L->bytes);
+    drop_caches();
+    uint64_t rss;
+    double t = run_sck(L, mem, R, dir, op, &rss);
+    if (t < 0) return -1;
+    m->sck = best(m->sck, t);
+    if (rss > m->rss) m->rss = rss;
+    if (op != OP_SAVE && verify(L, src, mem, op == OP_LOAD_COLS ? R : 0))
+        return fprintf(stderr, "bench: %s load with %d ranks returned wrong bytes\n", op == OP_LOAD_COLS ? "column" : "row", R), -1;
+    return 0;
+}
+
+/* The raw side of a phase.  kind: 0 write, 1 read same split, 2 read split over nstreams. */
+static int raw_phase(const layout *L, uint8_t *mem, int nfiles, int nstreams, const char *dir, int kind, int direct, double *best_s) {
+    if (kind == 0) rm_dir(dir);
+    else memset(mem, 0, L->bytes);
+    drop_caches();
+    double t = kind == 0 ? raw_write(L, mem, nstreams, dir, direct)
+             : kind == 1 ? raw_read_same(L, mem, nstreams, dir, direct)
+                         : raw_read_split(L, mem, nfiles, nstreams, dir);
+    if (t < 0) return fprintf(stderr, "bench: raw %s with %d streams failed\n", kind ? "read" : "write", nstreams), -1;
+    *best_s = best(*best_s, t);
+    return 0;
+}
+
+static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint8_t *dst) {
+    char ck[4096], raw[4096], rawd[4096];
+    snprintf(ck, sizeof ck, "%s/ckpt", c->dir);
+    snprintf(raw, sizeof raw, "%s/raw", c->dir);
+    snprintf(rawd, sizeof rawd, "%s/raw_direct", c->dir);
+    int R2 = reshard_ranks(R), dio = raw_direct_ok(L, R), cols = L->ntensors <= 16 && R > 1;
+    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w;
+    int rc = 0;
+    /* Repeats alternate which side goes first, so neither always inherits the other's writeback. */
+    for (int rep = 0; rep < c->repeat && !rc; rep++) {
+        for (int k = 0; k < 2 && !rc; k++) {
+            if ((k == 0) == (rep % 2 == 0)) rc = raw_phase(L, src, R, R, raw, 0, 0, &w.raw);
+            else rc = sck_phase(L, src, src, R, ck, OP_SAVE, &w);
+        }
+        if (!rc && dio) rc = raw_phase(L, src, R, R, rawd, 0, 1, &w.rawd);
+        for (int k = 0; k < 2 && !rc; k++) {
+            if ((k == 0) == (rep % 2 == 0)) rc = raw_phase(L, dst, R, R, raw, 1, 0, &l.raw);
+            else rc = sck_phase(L, src, dst, R, ck, OP_LOAD_ROWS, &l);
+        }
+        if (!rc && dio) rc = raw_phase(L, dst, R, R, rawd, 1, 1, &l.rawd);
+        if (!rc) rc = raw_phase(L, dst, R, R2, raw, 2, 0, &rs.raw);
+        if (!rc) rc = sck_phase(L, src, dst, R2, ck, OP_LOAD_ROWS, &rs);
+        if (!rc && cols) rc = raw_phase(L, dst, R, R, raw, 2, 0, &co.raw);
+        if (!rc && cols) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_COLS, &co);
+    }
+    rm_dir(raw), rm_dir(rawd), rm_dir(ck);
+    if (rc) return rc;
+    double ts = -1, tl = -1;
+    uint64_t tmax = L->ntensors <= 16 ? c->torch_max : c->torch_small_max;
+    if (c->torch && L->bytes <= tmax && run_torch(c, L, R, &ts, &tl)) fprintf(stderr, "bench: torch DCP run failed\n");
+    char rs1[16], rs2[16];
+    snprintf(rs1, sizeof rs1, "%d", R);
+    snprintf(rs2, sizeof rs2, "%d->%d", R, R2);
+    line("save", L, rs1, &w, 0.9, ts);
+    line("load", L, rs1, &l, 0.9, tl);
+    line("load-reshard", L, rs2, &rs, 0.8, -1);
+    if (cols) line("load-cols", L, rs1, &co, 0, -1);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    (void)argv;
+    config c;
+    if (argc > 1 || load_config(&c)) {
+        usage();
+        return 2;
+    }
+    c.dropped = can_drop_caches();
+    if (c.md && !(md_file = fopen(c.md, "a"))) {
+        fprintf(stderr, "bench: %s: %s\n", c.md, strerror(errno));
+        return 1;
+    }
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", c.dir);
+    if (system(cmd) != 0) return fprintf(stderr, "bench: cannot create %s\n", c.dir), 1;
+    struct utsname u;
+    uname(&u);
+    out("\nshardckpt bench: %s %s, page cache %s between phases, fsync on both sides, best of %d, ranks = threads\n\n",
+        u.sysname, u.release, c.dropped ? "dropped" : "NOT dropped (not root): reads are warm", c.repeat);
+    out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | torch GB/s | shardckpt vs torch | "
+        "peak RSS +MiB |\n");
+    out("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    int failed = 0;
+    for (int s = 0; s < c.nsizes; s++) {
+        for (int big = 1; big >= 0; big--) {
+            if ((big && !c.big) || (!big && !c.small)) continue;
+            layout L = make_layout(big, c.sizes[s]);
+            uint8_t *src = mem_alloc(L.bytes), *dst = mem_alloc(L.bytes);
+            if (!src || !dst) {
+                fprintf(stderr, "bench: cannot allocate 2 x %" PRIu64 " bytes\n", L.bytes);
+                mem_free(src, L.bytes);
+                mem_free(dst, L.bytes);
+                return 1;
+            }
+            fill(src, L.bytes);
+            for (int i = 0; i < c.nranks; i++) failed |= bench_one(&c, &L, c.ranks[i], src, dst) != 0;
+            mem_free(src, L.bytes);
+            mem_free(dst, L.bytes);
+        }
+    }
+    if (md_file) fclose(md_file);
+    return failed;
+}
