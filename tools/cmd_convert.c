@@ -1,206 +1,288 @@
-/* cmd_convert.c - `shardckpt convert SRC DST --to dcp|safetensors [--ranks N]`. */
+/* cmd_convert.c - `shardckpt convert SRC DST --to dcp|safetensors|hf [--ranks N] [--max-shard-size S]`.
+ *
+ * Two engines:
+ *   - ranks: N thread-ranks each load a dim-0 slice of every tensor (in batches, for progress) and
+ *     save collectively with sck_save (DCP) or sck_save_full (safetensors, HF).  Holds the model.
+ *   - stream (safetensors / HF without --ranks): one tensor block at a time, read from SRC and
+ *     written in place into the output laid out by st_out; peak memory one 64 MiB block. */
 #include <errno.h>
-#include <fcntl.h>
-#include <stdio.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "box.h"
 #include "cli.h"
-#include "shardckpt.h"
-#include "safetensors.h"
-#include "util.h"
+#include "progress.h"
+#include "st_out.h"
 
-/* ---- to DCP: N thread-ranks each load their dim-0 slice of every tensor, then save ---- */
+#define STREAM_BLOCK (64u << 20)
+#define LOAD_BATCH (256u << 20)   /* tensor bytes per sck_load call in the ranks engine */
 
-typedef struct conv_job {
-    const char *src, *dst;
-    const sck_ckpt *ck;   /* opened once; only read for entry info */
-} conv_job;
+static const char *const USAGE =
+    "usage: shardckpt convert SRC DST [--to dcp|safetensors|hf] [--ranks N] [--max-shard-size SIZE]\n"
+    "                                 [--no-fsync]\n"
+    "\n"
+    "Converts a checkpoint between PyTorch DCP, safetensors and the Hugging Face sharded layout.\n"
+    "SRC is a DCP directory, a .safetensors file or a Hugging Face directory (with\n"
+    "model.safetensors.index.json).\n"
+    "\n"
+    "  --to dcp          DST is a DCP directory saved as N ranks (threads) would save it, every\n"
+    "                    tensor split along dim 0 (ceil(rows/N) rows per rank).  Default N = 1.\n"
+    "  --to safetensors  DST is one .safetensors file holding every tensor in full.\n"
+    "  --to hf           DST is a directory of model-0000K-of-0000N.safetensors files and\n"
+    "                    model.safetensors.index.json, as transformers' save_pretrained writes.\n"
+    "                    (--to may be left out when DST ends in .safetensors.)\n"
+    "  --ranks N         safetensors/hf: write with N ranks in parallel (sck_save_full); holds the\n"
+    "                    whole model in memory.  Without it, tensors are streamed one 64 MiB block\n"
+    "                    at a time.  dcp: the number of saving ranks.\n"
+    "  --max-shard-size SIZE   hf: most tensor bytes per file, e.g. 5GB (default), 500MB, 2GiB.\n"
+    "  --no-fsync        skip fsync (faster; not crash-safe)\n"
+    "\n"
+    "Non-tensor entries (DCP byte items, values) go into safetensors __metadata__ as JSON text under\n"
+    "their own key; converting back restores them.  A progress bar is drawn on stderr when it is a\n"
+    "terminal and the work takes more than a second.\n"
+    "\n"
+    "Exit status: 0 ok, 1 error (one line on stderr), 2 bad usage.\n";
+
+enum { TO_DCP, TO_ST, TO_HF };
+
+typedef struct conv {
+    cli_src src;
+    const char *dst;
+    int to, ranks, do_fsync;
+    uint64_t max_shard;
+    sck_value *values;    /* every non-tensor entry of SRC, key -> value */
+    uint64_t tensor_bytes;
+    progress *pg;
+} conv;
+
+/* Every non-tensor entry of SRC as a value, read once. */
+static int read_values(conv *c) {
+    if (!(c->values = sck_value_dict())) return sck_err(SCK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < c->src.n; i++) {
+        const cli_entry *e = &c->src.e[i];
+        if (e->kind == CLI_TENSOR) {
+            if (e->info.dtype >= SCK_DTYPE_COUNT)
+                return sck_err(SCK_ERR_UNSUPPORTED, "%s: '%s' has a dtype shardckpt does not support", c->src.path, e->key);
+            c->tensor_bytes += e->info.nbytes;
+            continue;
+        }
+        sck_value *v;
+        int rc = cli_src_value(&c->src, e, &v);
+        if (!rc) rc = sck_value_dict_set(c->values, e->key, v) ? sck_err(SCK_ERR_NOMEM, "out of memory") : SCK_OK;
+        if (rc) return rc;
+    }
+    return SCK_OK;
+}
+
+/* ---- the ranks engine ---- */
+
+typedef struct rank_buf {
+    void *data;
+    sck_box box;
+} rank_buf;
+
+static int add_tensor(sck_state *st, const cli_entry *e, const rank_buf *rb) {
+    const sck_entry_info *in = &e->info;
+    if (in->ndim == 0) return sck_state_add_replicated(st, e->key, in->dtype, 0, in->shape, rb->data);
+    return sck_state_add_box(st, e->key, in->dtype, in->ndim, in->shape, rb->box.off, rb->box.size, rb->data);
+}
 
 static int conv_rank(sck_comm *comm, void *arg) {
-    conv_job *job = arg;
+    conv *c = arg;
     int rank = sck_comm_rank(comm), size = sck_comm_size(comm);
+    size_t n = c->src.n;
     sck_state *st = sck_state_new();
-    size_t n = sck_ckpt_count(job->ck);
-    void **bufs = calloc(n ? n : 1, sizeof *bufs);
-    int rc = st && bufs ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
+    rank_buf *rb = calloc(n ? n : 1, sizeof *rb);
+    int rc = st && rb ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
-        sck_entry_info e;
-        sck_ckpt_entry(job->ck, i, &e);
-        if (e.kind == SCK_ENTRY_BYTES) {
-            rc = sck_state_add_value(st, e.key, NULL);
-            continue;
-        }
-        if (e.dtype >= SCK_DTYPE_COUNT) {
-            rc = sck_err(SCK_ERR_UNSUPPORTED, "'%s': dtype not supported", e.key);
-            break;
-        }
-        if (e.ndim == 0) {
-            bufs[i] = malloc(sck_dtype_size(e.dtype));
-            rc = bufs[i] ? sck_state_add_replicated(st, e.key, e.dtype, 0, e.shape, bufs[i]) : sck_err(SCK_ERR_NOMEM, "out of memory");
-            continue;
-        }
+        const cli_entry *e = &c->src.e[i];
+        if (e->kind != CLI_TENSOR) continue;
         /* torch.chunk along dim 0: ceil(d0 / size) rows per rank; trailing ranks may get none */
-        int64_t d0 = e.shape[0], per = (d0 + size - 1) / size;
-        int64_t lo = per * rank < d0 ? per * rank : d0, hi = per * (rank + 1) < d0 ? per * (rank + 1) : d0;
-        int64_t off[SCK_MAX_DIMS] = {0}, sz[SCK_MAX_DIMS];
-        memcpy(sz, e.shape, sizeof sz);
-        off[0] = lo;
-        sz[0] = hi - lo;
-        uint64_t cnt = 1;
-        for (int d = 0; d < e.ndim; d++) cnt *= (uint64_t)sz[d];
-        bufs[i] = malloc(cnt ? cnt * sck_dtype_size(e.dtype) : 1);
-        if (!bufs[i]) {
-            rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory for %llu elements", e.key, (unsigned long long)cnt);
+        sck_box *b = &rb[i].box;
+        b->ndim = e->info.ndim;
+        memcpy(b->size, e->info.shape, sizeof b->size);
+        if (b->ndim > 0) {
+            int64_t d0 = e->info.shape[0], per = (d0 + size - 1) / size;
+            b->off[0] = per * rank < d0 ? per * rank : d0;
+            b->size[0] = (per * (rank + 1) < d0 ? per * (rank + 1) : d0) - b->off[0];
+        }
+        uint64_t bytes = box_numel(b) * sck_dtype_size(e->info.dtype);
+        if (!(rb[i].data = malloc(bytes ? bytes : 1))) {
+            rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory for %llu bytes", e->key, (unsigned long long)bytes);
             break;
         }
-        rc = sck_state_add_box(st, e.key, e.dtype, e.ndim, e.shape, off, sz, bufs[i]);
+        rc = add_tensor(st, e, &rb[i]);
     }
     /* A local failure must reach every rank before the next collective, or the others would wait forever. */
     rc = sck_comm_agree(comm, rc);
-    if (!rc) rc = sck_load(comm, job->src, st, NULL);
-    if (!rc) rc = sck_save(comm, job->dst, st, NULL);
-    for (size_t i = 0; i < n; i++) free(bufs[i]);
-    free(bufs);
+    /* Load in batches of whole tensors, the same batches on every rank. */
+    for (size_t lo = 0; lo < n && !rc;) {
+        size_t hi = lo;
+        uint64_t batch = 0, mine = 0;
+        sck_state *bs = sck_state_new();
+        if (!bs) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
+        while (hi < n && (hi == lo || batch < LOAD_BATCH)) {
+            const cli_entry *e = &c->src.e[hi];
+            if (e->kind == CLI_TENSOR && !rc) {
+                batch += e->info.nbytes;
+                if (e->info.ndim > 0 || rank == 0) mine += box_numel(&rb[hi].box) * sck_dtype_size(e->info.dtype);
+                rc = add_tensor(bs, e, &rb[hi]);
+            }
+            hi++;
+        }
+        rc = sck_comm_agree(comm, rc);
+        if (!rc) rc = sck_load(comm, c->src.path, bs, NULL);
+        sck_state_free(bs);
+        progress_add(c->pg, mine);
+        lo = hi;
+    }
+    for (size_t i = 0; i < sck_value_len(c->values) && !rc; i++) {
+        sck_value *v = sck_value_clone(sck_value_at(c->values, i));
+        rc = v ? sck_state_add_value(st, sck_value_key_at(c->values, i), v) : sck_err(SCK_ERR_NOMEM, "out of memory");
+    }
+    rc = sck_comm_agree(comm, rc);
+    if (!rc && rank == 0) progress_label(c->pg, "writing");
+    if (!rc && c->to == TO_DCP) {
+        sck_save_opts so = {c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC, {0}};
+        rc = sck_save(comm, c->dst, st, &so);
+    } else if (!rc) {
+        sck_full_opts fo = {c->to == TO_HF ? SCK_FULL_HF_SHARDED : SCK_FULL_SAFETENSORS, c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC,
+                            c->max_shard, {0}};
+        rc = sck_save_full(comm, c->dst, st, &fo);
+    }
+    if (!rc && rank == 0) progress_add(c->pg, c->tensor_bytes); /* the write half of the bar */
+    for (size_t i = 0; i < n && rb; i++) free(rb[i].data);
+    free(rb);
     sck_state_free(st);
     return rc;
 }
 
-static int to_dcp(const char *src, const char *dst, int ranks) {
-    sck_ckpt *ck;
-    if (sck_ckpt_open(src, &ck)) return cli_fail();
-    conv_job job = {src, dst, ck};
-    int rc = sck_threads_run(ranks, conv_rank, &job);
-    sck_ckpt_close(ck);
-    return rc ? cli_fail() : 0;
+/* ---- the streaming engine (safetensors, HF) ---- */
+
+static int stream_full(conv *c) {
+    size_t n = c->src.n, nt = 0;
+    st_tensor *t = calloc(n ? n : 1, sizeof *t);
+    size_t *src_of = calloc(n ? n : 1, sizeof *src_of);
+    sck_value *md = sck_value_dict();
+    uint8_t *buf = NULL;
+    int *fds = NULL;
+    st_layout L;
+    memset(&L, 0, sizeof L);
+    int rc = t && src_of && md ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
+    for (size_t i = 0; i < n && !rc; i++) {
+        const cli_entry *e = &c->src.e[i];
+        if (e->kind != CLI_TENSOR) continue;
+        t[nt].name = (char *)e->key;
+        t[nt].dtype = e->info.dtype;
+        t[nt].ndim = e->info.ndim;
+        memcpy(t[nt].shape, e->info.shape, sizeof t[nt].shape);
+        src_of[nt++] = i;
+    }
+    /* Non-tensor entries travel in __metadata__ as JSON text (raw bytes as {"__bytes__": hex}). */
+    for (size_t i = 0; i < sck_value_len(c->values) && !rc; i++) {
+        char *js = sck_value_to_json(sck_value_at(c->values, i));
+        rc = js && !sck_value_dict_set(md, sck_value_key_at(c->values, i), sck_value_string(js)) ? SCK_OK
+                                                                                                 : sck_err(SCK_ERR_NOMEM, "out of memory");
+        free(js);
+    }
+    if (!rc) rc = st_layout_build(t, nt, sck_value_len(md) ? md : NULL, c->to == TO_HF, c->max_shard, c->dst, &L);
+    if (!rc && !(buf = malloc(STREAM_BLOCK))) rc = sck_err(SCK_ERR_NOMEM, "out of memory for a %u-byte block", STREAM_BLOCK);
+    if (!rc && !(fds = malloc((L.nfiles ? L.nfiles : 1) * sizeof *fds))) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
+    for (size_t f = 0; fds && f < L.nfiles; f++) fds[f] = -1;
+    int began = 0;
+    if (!rc) began = !(rc = st_out_begin(&L, c->do_fsync));
+    char path[4096];
+    for (size_t k = 0; k < nt && !rc; k++) {
+        const cli_entry *e = &c->src.e[src_of[k]];
+        uint32_t fi = L.file_of[k];
+        if ((rc = st_out_path(&L, fi, 1, path, sizeof path))) break;
+        if (fds[fi] < 0 && (rc = st_out_open(&L, fi, &fds[fi]))) break;
+        size_t el = sck_dtype_size(e->info.dtype);
+        uint64_t numel = L.nbytes[k] / el, per = STREAM_BLOCK / el;
+        for (uint64_t at = 0; at < numel && !rc; at += per) {
+            uint64_t cnt = numel - at < per ? numel - at : per;
+            rc = cli_read_flat(c->src.ck, e->index, &e->info, at, cnt, buf);
+            if (!rc) rc = sck_pwrite_full(fds[fi], buf, cnt * el, L.data_off[k] + at * el, path);
+            progress_add(c->pg, cnt * el);
+        }
+    }
+    for (size_t f = 0; fds && f < L.nfiles; f++) {
+        if (fds[f] < 0) continue;
+        st_out_path(&L, f, 1, path, sizeof path);
+        if (!rc && c->do_fsync && fsync(fds[f]) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", path);
+        if (close(fds[f]) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", path);
+    }
+    if (!rc) rc = st_out_commit(&L, c->do_fsync);
+    else if (began) st_out_abort(&L);
+    free(fds);
+    free(buf);
+    st_layout_free(&L);
+    sck_value_free(md);
+    free(src_of);
+    free(t);
+    return rc;
 }
 
-/* ---- to safetensors: stream one tensor at a time (peak memory = largest tensor) ---- */
+static int same_path(const char *a, const char *b) {
+    char ra[PATH_MAX], rb[PATH_MAX];
+    return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
+}
 
-static int to_safetensors(const char *src, const char *dst) {
-    sck_ckpt *ck;
-    if (sck_ckpt_open(src, &ck)) return cli_fail();
-    size_t n = sck_ckpt_count(ck);
-    st_tensor *t = calloc(n ? n : 1, sizeof *t);
-    size_t *idx = calloc(n ? n : 1, sizeof *idx);
-    sck_value *md = sck_value_dict();
-    sck_buf hdr;
-    sck_buf_init(&hdr);
-    size_t nt = 0;
-    int rc = t && idx && md ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
-    for (size_t i = 0; i < n && !rc; i++) {
-        sck_entry_info e;
-        sck_ckpt_entry(ck, i, &e);
-        if (e.kind == SCK_ENTRY_BYTES) {
-            /* Non-tensor entries travel in __metadata__ as JSON text (raw bytes as {"__bytes__": hex}). */
-            void *raw = NULL;
-            size_t rn = 0;
-            sck_value *v = NULL;
-            rc = sck_ckpt_read_bytes(ck, i, &raw, &rn, &v);
-            if (rc) break;
-            if (!v) v = sck_value_bytes(raw, rn);
-            free(raw);
-            char *js = v ? sck_value_to_json(v) : NULL;
-            sck_value_free(v);
-            if (!js) {
-                rc = sck_err(SCK_ERR_NOMEM, "out of memory");
-                break;
-            }
-            rc = sck_value_dict_set(md, e.key, sck_value_string(js));
-            free(js);
-            continue;
-        }
-        if (e.dtype >= SCK_DTYPE_COUNT) {
-            rc = sck_err(SCK_ERR_UNSUPPORTED, "'%s': dtype not supported by safetensors output", e.key);
-            break;
-        }
-        t[nt].name = (char *)e.key;
-        t[nt].dtype = e.dtype;
-        t[nt].ndim = e.ndim;
-        memcpy(t[nt].shape, e.shape, sizeof t[nt].shape);
-        idx[nt++] = i;
-    }
-    if (!rc) rc = st_build_header(t, nt, sck_value_len(md) ? md : NULL, &hdr);
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", dst);
-    int fd = -1;
-    if (!rc) {
-        fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (fd < 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot create", tmp);
-    }
-    uint64_t pos = 0;
-    if (!rc) {
-        rc = sck_pwrite_full(fd, hdr.data, hdr.len, 0, tmp);
-        pos = hdr.len;
-    }
-    for (size_t k = 0; k < nt && !rc; k++) {
-        uint64_t len = t[k].end - t[k].begin;
-        void *buf = malloc(len ? len : 1);
-        if (!buf) {
-            rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory for %llu bytes", t[k].name, (unsigned long long)len);
-            break;
-        }
-        rc = sck_ckpt_read_box(ck, idx[k], NULL, NULL, buf);
-        if (!rc) rc = sck_pwrite_full(fd, buf, len, pos, tmp);
-        pos += len;
-        free(buf);
-    }
-    if (fd >= 0) {
-        if (!rc && fsync(fd) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", tmp);
-        if (close(fd) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", tmp);
-        if (!rc && rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
-        if (rc) unlink(tmp);
-    }
-    sck_buf_free(&hdr);
-    sck_value_free(md);
-    free(t);
-    free(idx);
-    sck_ckpt_close(ck);
-    return rc ? cli_fail() : 0;
+static int ends_with(const char *s, const char *suffix) {
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
 }
 
 int cmd_convert(int argc, char **argv) {
-    const char *src = NULL, *dst = NULL, *to = NULL;
-    int ranks = 1;
+    if (cli_wants_help(argc, argv)) return fputs(USAGE, stdout), 0;
+    const char *src = NULL, *dst = NULL, *to = NULL, *shard = NULL;
+    int ranks = 0, do_fsync = 1;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--help")) {
-            printf("usage: shardckpt convert SRC DST --to dcp [--ranks N]\n"
-                   "       shardckpt convert SRC DST --to safetensors\n"
-                   "SRC: a DCP directory, a .safetensors file, or a Hugging Face sharded directory.\n"
-                   "--to dcp: DST is written as N ranks (threads) would save it, every tensor split along dim 0\n"
-                   "          (torch.chunk: ceil(rows/N) rows per rank); non-tensor entries are kept.\n"
-                   "--to safetensors: DST is one file with every tensor in full; non-tensor entries are stored\n"
-                   "          in __metadata__ as JSON text.\n");
-            return 0;
-        } else if (!strcmp(argv[i], "--to") && i + 1 < argc) {
-            to = argv[++i];
-        } else if (!strcmp(argv[i], "--ranks") && i + 1 < argc) {
+        int has = i + 1 < argc;
+        if (!strcmp(argv[i], "--to") && has) to = argv[++i];
+        else if (!strcmp(argv[i], "--max-shard-size") && has) shard = argv[++i];
+        else if (!strcmp(argv[i], "--no-fsync")) do_fsync = 0;
+        else if (!strcmp(argv[i], "--ranks") && has) {
             char *end;
             long v = strtol(argv[++i], &end, 10);
-            if (*end || v < 1 || v > 4096) {
-                fprintf(stderr, "shardckpt: --ranks wants an integer 1..4096, got '%s'\n", argv[i]);
-                return 2;
-            }
+            if (*end || v < 1 || v > 4096) return cli_usage_error("convert", "--ranks wants an integer 1..4096, got '%s'", argv[i]);
             ranks = (int)v;
-        } else if (argv[i][0] == '-' && argv[i][1]) {
-            fprintf(stderr, "shardckpt: convert: unknown option '%s'\n", argv[i]);
-            return 2;
-        } else if (!src) {
-            src = argv[i];
-        } else if (!dst) {
-            dst = argv[i];
-        } else {
-            fprintf(stderr, "shardckpt: convert: unexpected argument '%s'\n", argv[i]);
-            return 2;
-        }
+        } else if (argv[i][0] == '-' && argv[i][1])
+            return cli_usage_error("convert", "%s '%s'", has || strncmp(argv[i], "--", 2) ? "unknown option" : "missing value for",
+                                   argv[i]);
+        else if (!src) src = argv[i];
+        else if (!dst) dst = argv[i];
+        else return cli_usage_error("convert", "unexpected argument '%s'", argv[i]);
     }
-    if (!src || !dst || !to) {
-        fprintf(stderr, "usage: shardckpt convert SRC DST --to dcp|safetensors [--ranks N]\n");
-        return 2;
+    if (!src || !dst) return cli_usage_error("convert", "wants SRC and DST");
+    if (!to && ends_with(dst, ".safetensors")) to = "safetensors";
+    if (!to) return cli_usage_error("convert", "say --to dcp, --to safetensors or --to hf");
+    conv c;
+    memset(&c, 0, sizeof c);
+    c.dst = dst;
+    c.do_fsync = do_fsync;
+    if (!strcmp(to, "dcp")) c.to = TO_DCP;
+    else if (!strcmp(to, "safetensors")) c.to = TO_ST;
+    else if (!strcmp(to, "hf")) c.to = TO_HF;
+    else return cli_usage_error("convert", "--to must be dcp, safetensors or hf, not '%s'", to);
+    if (shard && c.to != TO_HF) return cli_usage_error("convert", "--max-shard-size only applies to --to hf");
+    if (shard && st_parse_size(shard, &c.max_shard))
+        return cli_usage_error("convert", "--max-shard-size wants a size such as 5GB, 500MB or 2GiB, not '%s'", shard);
+    if (same_path(src, dst)) return cli_usage_error("convert", "SRC and DST are the same");
+    c.ranks = ranks ? ranks : 1;
+    if (cli_src_open(&c.src, src)) return cli_fail();
+    int rc = read_values(&c);
+    if (!rc) {
+        int ranked = c.to == TO_DCP || ranks;
+        /* ranks engine: the first half of the bar is reading, the second writing */
+        c.pg = progress_start(ranked ? "reading" : "converting", c.tensor_bytes * (ranked ? 2 : 1));
+        if (ranked) rc = sck_threads_run(c.ranks, conv_rank, &c);
+        else rc = stream_full(&c);
+        progress_end(c.pg);
     }
-    if (!strcmp(to, "dcp")) return to_dcp(src, dst, ranks);
-    if (!strcmp(to, "safetensors")) return to_safetensors(src, dst);
-    fprintf(stderr, "shardckpt: convert: --to must be dcp or safetensors, not '%s'\n", to);
-    return 2;
+    sck_value_free(c.values);
+    cli_src_close(&c.src);
+    return rc ? cli_fail() : 0;
 }

@@ -1,60 +1,314 @@
-/* cmd_inspect.c - `shardckpt inspect PATH`: one line per entry. */
+/* cmd_inspect.c - `shardckpt inspect PATH [--json | --flat] [--depth N]`: what a checkpoint holds.
+ * Default: a tree grouping keys by dotted prefix with sizes per group; --flat: one table row per
+ * entry; --json: the schema in docs/CLI.md, for scripts. */
+#include <ctype.h>
 #include <inttypes.h>
-#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "shardckpt.h"
+#include "json.h"
 
-int cli_fail(void) {
-    fprintf(stderr, "shardckpt: error: %s\n", sck_last_error());
+static const char *const USAGE =
+    "usage: shardckpt inspect PATH [--json | --flat] [--depth N]\n"
+    "\n"
+    "Shows what a checkpoint holds: a DCP directory, a .safetensors file or a Hugging Face\n"
+    "sharded directory.  Reads only metadata and headers.\n"
+    "\n"
+    "  (default)   a tree of keys grouped by dotted prefix: each group with its total size,\n"
+    "              each entry with dtype, global shape, size and number of saved chunks\n"
+    "  --depth N   expand groups only N levels deep (the rest shown as totals)\n"
+    "  --flat      one row per entry: KEY KIND DTYPE SHAPE CHUNKS BYTES FILE\n"
+    "  --json      machine-readable output (schema \"shardckpt.inspect/1\", see docs/CLI.md)\n"
+    "\n"
+    "Exit status: 0 ok, 1 the checkpoint cannot be read, 2 bad usage.\n";
+
+static uint64_t entry_bytes(const cli_entry *e) {
+    if (e->kind != CLI_VALUE) return e->info.nbytes;
+    char *js = sck_value_to_json(e->value);
+    uint64_t n = js ? strlen(js) : 0;
+    free(js);
+    return n;
+}
+
+static const char *kind_name(cli_kind k) { return k == CLI_TENSOR ? "tensor" : k == CLI_BYTES ? "bytes" : "value"; }
+
+/* ---- --flat ---- */
+
+static int print_flat(cli_src *s) {
+    uint64_t total = 0;
+    printf("%-48s %-6s %-9s %-20s %6s %12s  %s\n", "KEY", "KIND", "DTYPE", "SHAPE", "CHUNKS", "BYTES", "FILE");
+    for (size_t i = 0; i < s->n; i++) {
+        const cli_entry *e = &s->e[i];
+        char shape[256] = "-", bytes[32];
+        if (e->kind == CLI_TENSOR) {  /* "[9,5]": no spaces, so every column is one word */
+            size_t k = (size_t)snprintf(shape, sizeof shape, "[");
+            for (int d = 0; d < e->info.ndim && k < sizeof shape; d++)
+                k += (size_t)snprintf(shape + k, sizeof shape - k, d ? ",%" PRId64 : "%" PRId64, e->info.shape[d]);
+            if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
+        }
+        uint64_t nb = entry_bytes(e);
+        cli_human(nb, bytes, sizeof bytes);
+        total += nb;
+        printf("%-48s %-6s %-9s %-20s %6zu %12s  %s%s\n", e->key, kind_name(e->kind),
+               e->kind == CLI_TENSOR ? sck_dtype_name(e->info.dtype) : "-", shape, e->kind == CLI_VALUE ? (size_t)0 : e->info.nchunks,
+               bytes, e->kind == CLI_VALUE ? "__metadata__" : e->info.file, e->info.nchunks > 1 ? " ..." : "");
+    }
+    char t[32];
+    cli_human(total, t, sizeof t);
+    printf("%zu entries, %s\n", s->n, t);
+    return 0;
+}
+
+/* ---- --json ---- */
+
+static int print_json(cli_src *s) {
+    sck_buf b;
+    sck_buf_init(&b);
+    uint64_t total = 0;
+    int rc = sck_buf_printf(&b, "{\"schema\":\"shardckpt.inspect/1\",\"path\":");
+    rc |= sck_json_put_string(&b, s->path, strlen(s->path));
+    rc |= sck_buf_printf(&b, ",\"format\":\"%s\",\"entries\":[", s->format);
+    for (size_t i = 0; i < s->n && !rc; i++) {
+        const cli_entry *e = &s->e[i];
+        uint64_t nb = entry_bytes(e);
+        total += nb;
+        rc |= sck_buf_printf(&b, "%s{\"key\":", i ? "," : "");
+        rc |= sck_json_put_string(&b, e->key, strlen(e->key));
+        rc |= sck_buf_printf(&b, ",\"kind\":\"%s\",\"nbytes\":%" PRIu64, kind_name(e->kind), nb);
+        if (e->kind == CLI_VALUE) {
+            char *js = sck_value_to_json(e->value);
+            rc |= js ? sck_buf_printf(&b, ",\"value\":%s}", js) : SCK_ERR_NOMEM;
+            free(js);
+            continue;
+        }
+        if (e->kind == CLI_TENSOR) {
+            rc |= sck_buf_printf(&b, ",\"dtype\":\"%s\",\"shape\":[", sck_dtype_name(e->info.dtype));
+            for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, e->info.shape[d]);
+            rc |= sck_buf_printf(&b, "]");
+        }
+        rc |= sck_buf_printf(&b, ",\"chunks\":[");
+        for (size_t c = 0; c < e->info.nchunks && !rc; c++) {
+            sck_chunk_info ci;
+            if ((rc = sck_ckpt_chunk(s->ck, e->index, c, &ci))) break;
+            rc |= sck_buf_printf(&b, "%s{", c ? "," : "");
+            if (e->kind == CLI_TENSOR) {
+                rc |= sck_buf_printf(&b, "\"offsets\":[");
+                for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, ci.offsets[d]);
+                rc |= sck_buf_printf(&b, "],\"sizes\":[");
+                for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, ci.sizes[d]);
+                rc |= sck_buf_printf(&b, "],");
+            }
+            rc |= sck_buf_printf(&b, "\"file\":");
+            rc |= sck_json_put_string(&b, ci.file, strlen(ci.file));
+            rc |= sck_buf_printf(&b, ",\"offset\":%" PRIu64 ",\"length\":%" PRIu64 "}", ci.offset, ci.length);
+        }
+        rc |= sck_buf_printf(&b, "]}");
+    }
+    rc |= sck_buf_printf(&b, "],\"total_bytes\":%" PRIu64 ",\"files\":%zu}\n", total, s->nfiles);
+    if (rc) {
+        sck_buf_free(&b);
+        sck_err(SCK_ERR_NOMEM, "out of memory");
+        return cli_fail();
+    }
+    fwrite(b.data, 1, b.len, stdout);
+    sck_buf_free(&b);
+    return 0;
+}
+
+/* ---- tree ---- */
+
+/* Segment `level` of key: start and length (len 0 and *start NULL when the key has fewer). */
+static const char *segment(const char *key, int level, size_t *len) {
+    const char *p = key;
+    for (int i = 0; i < level; i++) {
+        p = strchr(p, '.');
+        if (!p) {
+            *len = 0;
+            return NULL;
+        }
+        p++;
+    }
+    const char *dot = strchr(p, '.');
+    *len = dot ? (size_t)(dot - p) : strlen(p);
+    return p;
+}
+
+static int all_digits(const char *s, size_t n) {
+    if (!n) return 0;
+    for (size_t i = 0; i < n; i++)
+        if (!isdigit((unsigned char)s[i])) return 0;
     return 1;
 }
 
-static void human(uint64_t n, char *buf, size_t cap) {
-    const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-    double v = (double)n;
-    int i = 0;
-    while (v >= 1024 && i < 4) {
-        v /= 1024;
-        i++;
+/* Natural order by segments: "layers.2" before "layers.10"; a key before its own children. */
+static int cmp_natural(const void *pa, const void *pb) {
+    const char *a = (*(const cli_entry *const *)pa)->key, *b = (*(const cli_entry *const *)pb)->key;
+    for (int lv = 0;; lv++) {
+        size_t la, lb;
+        const char *sa = segment(a, lv, &la), *sb = segment(b, lv, &lb);
+        if (!sa || !sb) return sa ? 1 : sb ? -1 : 0;
+        if (all_digits(sa, la) && all_digits(sb, lb)) {
+            while (la > 1 && *sa == '0') sa++, la--;
+            while (lb > 1 && *sb == '0') sb++, lb--;
+            if (la != lb) return la < lb ? -1 : 1;
+        }
+        size_t m = la < lb ? la : lb;
+        int c = memcmp(sa, sb, m);
+        if (c) return c;
+        if (la != lb) return la < lb ? -1 : 1;
     }
-    if (i == 0) snprintf(buf, cap, "%" PRIu64 " B", n);
-    else snprintf(buf, cap, "%.1f %s", v, u[i]);
+}
+
+typedef struct tree {
+    cli_src *s;
+    const cli_entry **e;
+    int depth;          /* expand this many levels; <0: all */
+    int width;          /* name column */
+} tree;
+
+/* Same segment `level` (and every one before it, which the caller guarantees). */
+static int same_seg(const char *a, const char *b, int level) {
+    size_t la, lb;
+    const char *sa = segment(a, level, &la), *sb = segment(b, level, &lb);
+    return sa && sb && la == lb && !memcmp(sa, sb, la);
+}
+
+static int has_seg(const char *k, int level) {
+    size_t l;
+    return segment(k, level, &l) != NULL;
+}
+
+/* Visits [lo, hi) at `level`: calls line() for every group and leaf, in order. */
+typedef void (*line_fn)(tree *t, int indent, const char *name, size_t nlen, int group, size_t lo, size_t hi);
+
+static void walk(tree *t, size_t lo, size_t hi, int level, int indent, line_fn line) {
+    for (size_t i = lo; i < hi;) {
+        const char *k = t->e[i]->key;
+        size_t sl;
+        const char *seg = segment(k, level, &sl);
+        size_t j = i + 1;
+        while (j < hi && same_seg(k, t->e[j]->key, level)) j++;
+        if (!has_seg(k, level + 1)) {   /* the key ends here: a leaf, even if it has children too */
+            line(t, indent, seg, sl, 0, i, i + 1);
+            i++;
+            if (j == i) continue;
+        }
+        if (j - i == 1) {               /* a lone entry: no group, show the rest of its key */
+            line(t, indent, seg, strlen(seg), 0, i, j);
+            i = j;
+            continue;
+        }
+        /* a group; fold single-child chains into one name ("layers.0") */
+        int lv = level;
+        while (1) {
+            int fold = 1;
+            for (size_t x = i; x < j && fold; x++)
+                fold = has_seg(t->e[x]->key, lv + 2) && same_seg(t->e[i]->key, t->e[x]->key, lv + 1);
+            if (!fold) break;
+            lv++;
+        }
+        size_t el;
+        const char *last = segment(t->e[i]->key, lv, &el);
+        line(t, indent, seg, (size_t)(last + el - seg), 1, i, j);
+        if (t->depth < 0 || indent / 2 + 1 < t->depth) walk(t, i, j, lv + 1, indent + 2, line);
+        i = j;
+    }
+}
+
+static void measure(tree *t, int indent, const char *name, size_t nlen, int group, size_t lo, size_t hi) {
+    (void)name;
+    (void)lo;
+    (void)hi;
+    int w = indent + (int)nlen + (group ? 1 : 0);
+    if (w > t->width) t->width = w;
+}
+
+static void print_line(tree *t, int indent, const char *name, size_t nlen, int group, size_t lo, size_t hi) {
+    char label[512], bytes[32];
+    int k = snprintf(label, sizeof label, "%*s%.*s%s", indent, "", (int)nlen, name, group ? "/" : "");
+    (void)k;
+    if (group) {
+        uint64_t total = 0;
+        size_t nt = 0;
+        for (size_t i = lo; i < hi; i++) {
+            total += entry_bytes(t->e[i]);
+            nt += t->e[i]->kind == CLI_TENSOR;
+        }
+        cli_human(total, bytes, sizeof bytes);
+        char what[64];
+        if (nt == hi - lo) snprintf(what, sizeof what, "%zu tensors", nt);
+        else snprintf(what, sizeof what, "%zu entries", hi - lo);
+        printf("%-*s  %-9s %-18s %10s  %s\n", t->width, label, "", "", bytes, what);
+        return;
+    }
+    const cli_entry *e = t->e[lo];
+    cli_human(entry_bytes(e), bytes, sizeof bytes);
+    if (e->kind == CLI_TENSOR) {
+        char shape[256], chunks[32];
+        cli_shape(e->info.ndim, e->info.shape, shape, sizeof shape);
+        snprintf(chunks, sizeof chunks, "%zu chunk%s", e->info.nchunks, e->info.nchunks == 1 ? "" : "s");
+        printf("%-*s  %-9s %-18s %10s  %s\n", t->width, label, sck_dtype_name(e->info.dtype), shape, bytes,
+               e->info.nchunks ? chunks : "no chunks");
+    } else if (e->kind == CLI_BYTES) {
+        printf("%-*s  %-9s %-18s %10s\n", t->width, label, "bytes", "", bytes);
+    } else {
+        char *js = sck_value_to_json(e->value);
+        printf("%-*s  %-9s %-18.40s%s %10s\n", t->width, label, "value", js ? js : "?", js && strlen(js) > 40 ? "..." : "",
+               bytes);
+        free(js);
+    }
+}
+
+static int print_tree(cli_src *s, int depth) {
+    tree t = {s, NULL, depth, 0};
+    t.e = malloc((s->n ? s->n : 1) * sizeof *t.e);
+    if (!t.e) {
+        sck_err(SCK_ERR_NOMEM, "out of memory");
+        return cli_fail();
+    }
+    uint64_t total = 0;
+    size_t nt = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        t.e[i] = &s->e[i];
+        total += entry_bytes(&s->e[i]);
+        nt += s->e[i].kind == CLI_TENSOR;
+    }
+    qsort(t.e, s->n, sizeof *t.e, cmp_natural);
+    char tb[32];
+    cli_human(total, tb, sizeof tb);
+    const char *fmt = !strcmp(s->format, "dcp") ? "DCP checkpoint" : !strcmp(s->format, "hf") ? "Hugging Face sharded" : "safetensors";
+    printf("%s: %s, %zu entries (%zu tensors, %zu other), %s in %zu file%s\n\n", s->path, fmt, s->n, nt, s->n - nt, tb,
+           s->nfiles, s->nfiles == 1 ? "" : "s");
+    walk(&t, 0, s->n, 0, 0, measure);
+    if (t.width > 60) t.width = 60;
+    walk(&t, 0, s->n, 0, 0, print_line);
+    free(t.e);
+    return 0;
 }
 
 int cmd_inspect(int argc, char **argv) {
-    if (argc != 2 || !strcmp(argv[1], "--help")) {
-        fprintf(argc == 2 ? stdout : stderr,
-                "usage: shardckpt inspect PATH\n"
-                "Lists every entry: key, kind, dtype, global shape, number of chunks, bytes, data file.\n");
-        return argc == 2 ? 0 : 2;
+    if (cli_wants_help(argc, argv)) return fputs(USAGE, stdout), 0;
+    const char *path = NULL;
+    int json = 0, flat = 0, depth = -1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = 1;
+        else if (!strcmp(argv[i], "--flat")) flat = 1;
+        else if (!strcmp(argv[i], "--depth")) {
+            char *end;
+            long v = i + 1 < argc ? strtol(argv[i + 1], &end, 10) : -1;
+            if (i + 1 >= argc || *end || v < 1 || v > 1000) return cli_usage_error("inspect", "--depth wants a positive integer");
+            depth = (int)v;
+            i++;
+        } else if (argv[i][0] == '-' && argv[i][1]) return cli_usage_error("inspect", "unknown option '%s'", argv[i]);
+        else if (!path) path = argv[i];
+        else return cli_usage_error("inspect", "unexpected argument '%s'", argv[i]);
     }
-    sck_ckpt *ck;
-    if (sck_ckpt_open(argv[1], &ck)) return cli_fail();
-    size_t n = sck_ckpt_count(ck);
-    uint64_t total = 0;
-    printf("%-48s %-6s %-9s %-20s %6s %12s  %s\n", "KEY", "KIND", "DTYPE", "SHAPE", "CHUNKS", "BYTES", "FILE");
-    for (size_t i = 0; i < n; i++) {
-        sck_entry_info e;
-        sck_ckpt_entry(ck, i, &e);
-        char shape[256] = "-";
-        if (e.kind == SCK_ENTRY_TENSOR) {
-            size_t k = (size_t)snprintf(shape, sizeof shape, "[");
-            for (int d = 0; d < e.ndim && k < sizeof shape; d++)
-                k += (size_t)snprintf(shape + k, sizeof shape - k, d ? ",%" PRId64 : "%" PRId64, e.shape[d]);
-            if (k < sizeof shape) snprintf(shape + k, sizeof shape - k, "]");
-        }
-        char bytes[32];
-        human(e.nbytes, bytes, sizeof bytes);
-        total += e.nbytes;
-        printf("%-48s %-6s %-9s %-20s %6zu %12s  %s%s\n", e.key, e.kind == SCK_ENTRY_TENSOR ? "tensor" : "bytes",
-               e.kind == SCK_ENTRY_TENSOR ? sck_dtype_name(e.dtype) : "-", shape, e.nchunks, bytes, e.file,
-               e.nchunks > 1 ? " ..." : "");
-    }
-    char t[32];
-    human(total, t, sizeof t);
-    printf("%zu entries, %s\n", n, t);
-    sck_ckpt_close(ck);
-    return 0;
+    if (!path) return cli_usage_error("inspect", "missing PATH");
+    if (json && flat) return cli_usage_error("inspect", "--json and --flat exclude each other");
+    cli_src s;
+    if (cli_src_open(&s, path)) return cli_fail();
+    int rc = json ? print_json(&s) : flat ? print_flat(&s) : print_tree(&s, depth);
+    cli_src_close(&s);
+    return rc;
 }

@@ -17,6 +17,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import interop_common as ic  # noqa: E402
 import npst  # noqa: E402
+import full_cases  # noqa: E402  (full checkpoints: safetensors, HF)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.path.join(REPO, "build", "bin", "shardckpt")
@@ -194,7 +195,7 @@ class Suite:
         out = run([PY, os.path.join(HERE, "check_metadata.py"), self.p("ck"), self.p("ref.safetensors"),
                    "--ranks", "3"])
         counts = json.loads(out.split("chunk-counts-json: ", 1)[1].splitlines()[0])
-        shown = inspect_chunk_counts(run([CLI, "inspect", self.p("ck")]))
+        shown = inspect_chunk_counts(run([CLI, "inspect", "--flat", self.p("ck")]))
         diffs = [f"{k}: .metadata has {n} chunks, inspect says {shown.get(k)}"
                  for k, n in counts.items() if shown.get(k) != n]
         if diffs:
@@ -231,7 +232,7 @@ class Suite:
 
     # -- (d) inspect ------------------------------------------------------------------------------
     def inspect_mentions(self, ckdir, keys):
-        out = run([CLI, "inspect", ckdir])
+        out = run([CLI, "inspect", "--flat", ckdir])
         missing = [k for k in keys if k not in out]
         if missing:
             raise Failure(f"inspect output does not mention {missing}:\n{out}")
@@ -260,6 +261,7 @@ def main():
             s.case("(c) shardckpt's .metadata unpickles under torch+shim; chunks, storage, planner_data",
                    s.c_metadata)
             s.case("(c) shardckpt inspect of its own DCP names every key", s.c_inspect_ck)
+            full_cases.add_cases(s, sys.modules[__name__])
         else:
             for name in ("(a) torch loads", "(a) round trip", "(c) metadata", "(c) inspect"):
                 s.case(name + " (not run: convert failed)", lambda: (_ for _ in ()).throw(Failure("skipped")))
@@ -274,6 +276,7 @@ def main():
                 s.case("(b) shardckpt's re-save .metadata + BYTE_IO items checked under torch+shim",
                        s.b_metadata_resave)
             s.case("(d) shardckpt inspect of torch's DCP exits 0 and names every key", s.d_inspect_ckt)
+            full_cases.add_torch_cases(s, sys.modules[__name__])
         else:
             s.case("(b)/(d) (not run: torch could not write the reference checkpoint)",
                    lambda: (_ for _ in ()).throw(Failure("skipped")))

@@ -1,0 +1,415 @@
+/* test_cli.c - the shardckpt command line, run as a program (the binary next to this runner:
+ * BUILD/bin/shardckpt): inspect (tree, --flat, --json), diff, convert between every format, help,
+ * usage errors and the progress bar's quiet mode. */
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "util.h"
+
+static const char *cli_bin(void) {
+    static char bin[PATH_MAX + 32];
+    if (bin[0]) return bin;
+    char self[PATH_MAX];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) return NULL;
+    self[n] = 0;
+    char *slash = strrchr(self, '/');   /* BUILD/tests/run_tests -> BUILD/bin/shardckpt */
+    if (!slash) return NULL;
+    *slash = 0;
+    slash = strrchr(self, '/');
+    if (!slash) return NULL;
+    *slash = 0;
+    snprintf(bin, sizeof bin, "%s/bin/shardckpt", self);
+    return bin;
+}
+
+/* Runs `shardckpt ARGS` with the given environment prefix; stdout into out (cap bytes, NUL-ended),
+ * stderr into err.  Returns the exit status, or -1 if it did not exit normally. */
+static int run_cli(const char *env, const char *args, char *out, size_t cap, char *err, size_t ecap) {
+    char errfile[PATH_MAX], cmd[8192];
+    snprintf(errfile, sizeof errfile, "%s/stderr.txt", th_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s '%s' %s 2>'%s'", env ? env : "", cli_bin(), args, errfile);
+    FILE *p = popen(cmd, "r");
+    if (!p) return -1;
+    size_t n = fread(out, 1, cap - 1, p);
+    out[n] = 0;
+    while (fgetc(p) != EOF) {}
+    int st = pclose(p);
+    FILE *f = fopen(errfile, "r");
+    size_t en = f ? fread(err, 1, ecap - 1, f) : 0;
+    err[en] = 0;
+    if (f) fclose(f);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char g_out[1 << 16], g_err[1 << 14];
+
+#define RUN(args) run_cli(NULL, args, g_out, sizeof g_out, g_err, sizeof g_err)
+
+static const char *tpath(const char *name) {
+    static char p[8][PATH_MAX];
+    static int k;
+    k = (k + 1) % 8;
+    snprintf(p[k], sizeof p[k], "%s/%s", th_tmpdir(), name);
+    return p[k];
+}
+
+static char *args_of(const char *fmt, const char *a, const char *b) {
+    static char buf[4][4096];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], fmt, a, b);
+    return buf[k];
+}
+
+/* ---- a small checkpoint: 2 ranks, dim-0 split, four dtypes, a value and a blob ---- */
+
+typedef struct fixture {
+    const char *dir;
+    float w[4][6];
+    uint16_t h[5];       /* float16 */
+    uint16_t bf[3];      /* bfloat16 */
+    int64_t ids[4];
+    uint8_t mask[3];
+    int64_t step;
+} fixture;
+
+static void fixture_init(fixture *f, const char *dir) {
+    memset(f, 0, sizeof *f);
+    f->dir = dir;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 6; j++) f->w[i][j] = (float)(i * 6 + j) * 0.25f;
+    const uint16_t h[5] = {0x3C00, 0x4000, 0xC200, 0x0001, 0x7BFF};   /* 1, 2, -3, 2^-24, 65504 */
+    memcpy(f->h, h, sizeof h);
+    const uint16_t bf[3] = {0x3F80, 0x4000, 0xC040};                  /* 1, 2, -3 */
+    memcpy(f->bf, bf, sizeof bf);
+    const int64_t ids[4] = {-5, 0, 7, (int64_t)1 << 62};
+    memcpy(f->ids, ids, sizeof ids);
+    f->mask[0] = 1;
+    f->mask[2] = 1;
+    f->step = 100;
+}
+
+static int fixture_save(sck_comm *comm, void *arg) {
+    fixture *f = arg;
+    int r = sck_comm_rank(comm);
+    int64_t wshape[2] = {4, 6}, woff[2] = {2 * r, 0}, wsz[2] = {2, 6};
+    int64_t hshape[1] = {5}, bshape[1] = {3}, ishape[1] = {4}, mshape[1] = {3};
+    sck_state *st = sck_state_new();
+    int rc = sck_state_add_box(st, "model.layers.0.weight", SCK_F32, 2, wshape, woff, wsz, &f->w[2 * r][0]);
+    if (!rc) rc = sck_state_add_flat(st, "model.layers.0.half", SCK_F16, 1, hshape, r ? 3 : 0, r ? 2 : 3, &f->h[r ? 3 : 0]);
+    if (!rc) rc = sck_state_add_replicated(st, "model.norm.bf16", SCK_BF16, 1, bshape, f->bf);
+    if (!rc) rc = sck_state_add_replicated(st, "model.ids", SCK_I64, 1, ishape, f->ids);
+    if (!rc) rc = sck_state_add_replicated(st, "model.mask", SCK_BOOL, 1, mshape, f->mask);
+    if (!rc) rc = sck_state_add_value(st, "other.step", sck_value_int(f->step));
+    if (!rc) rc = sck_state_add_blob(st, "other.rng", "\x01\x02\xff", 3);
+    rc = sck_comm_agree(comm, rc);
+    if (!rc) rc = sck_save(comm, f->dir, st, NULL);
+    sck_state_free(st);
+    return rc;
+}
+
+static void make_fixture(fixture *f, const char *dir) {
+    fixture_init(f, dir);
+    int rc = sck_threads_run(2, fixture_save, f);
+    if (rc) th_fail_status(__FILE__, __LINE__, "fixture save", rc);
+}
+
+/* ---- help and usage ---- */
+
+TEST(cli_help_for_every_command) {
+    REQUIRE(cli_bin() && access(cli_bin(), X_OK) == 0);
+    CHECK(RUN("--help") == 0);
+    CHECK(strstr(g_out, "inspect PATH") && strstr(g_out, "diff A B") && strstr(g_out, "convert SRC DST"));
+    const char *cmds[] = {"inspect", "diff", "convert"};
+    for (int i = 0; i < 3; i++) {
+        char a[64], want[64];
+        snprintf(a, sizeof a, "%s --help", cmds[i]);
+        snprintf(want, sizeof want, "usage: shardckpt %s", cmds[i]);
+        CHECK(RUN(a) == 0);
+        CHECK(strstr(g_out, want) != NULL);
+        CHECK(strstr(g_out, "Exit status") != NULL);
+    }
+    CHECK(RUN("") == 2);
+    CHECK(strstr(g_err, "usage: shardckpt") != NULL);
+    CHECK(RUN("frobnicate") == 2);
+    CHECK(strstr(g_err, "unknown command 'frobnicate'") != NULL);
+    CHECK(RUN("inspect --bogus x") == 2);
+    CHECK(strstr(g_err, "shardckpt: inspect: unknown option '--bogus'") && strstr(g_err, "Try 'shardckpt inspect --help'"));
+    CHECK(RUN("inspect") == 2);
+    CHECK(RUN("convert a b --to zip") == 2);
+    CHECK(strstr(g_err, "--to must be dcp, safetensors or hf, not 'zip'") != NULL);
+    CHECK(RUN("convert a b") == 2);
+    CHECK(strstr(g_err, "say --to dcp") != NULL);
+    CHECK(RUN("convert a b --to hf --max-shard-size 5XB") == 2);
+    CHECK(strstr(g_err, "--max-shard-size wants a size") != NULL);
+    CHECK(RUN("convert a b --to dcp --max-shard-size 5GB") == 2);
+    CHECK(RUN("diff onlyone") == 2);
+    CHECK(RUN("diff a b --atol -1") == 2);
+}
+
+TEST(cli_errors_name_the_path) {
+    CHECK(RUN(args_of("inspect %s%s", tpath("missing"), "")) == 1);
+    CHECK(strstr(g_err, "shardckpt: error: ") && strstr(g_err, "missing: cannot open checkpoint"));
+    CHECK(RUN(args_of("diff %s %s", tpath("missing"), tpath("missing2"))) == 2);
+    CHECK(strstr(g_err, "shardckpt: error: ") != NULL);
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    CHECK(RUN(args_of("convert %s %s --to dcp", f.dir, f.dir)) == 2);
+    CHECK(strstr(g_err, "SRC and DST are the same") != NULL);
+}
+
+/* ---- inspect ---- */
+
+TEST(cli_inspect_json_schema) {
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    REQUIRE(RUN(args_of("inspect --json %s%s", f.dir, "")) == 0);
+    sck_value *j = NULL;
+    REQUIRE_OK(sck_value_from_json(g_out, strlen(g_out), &j));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(j, "schema"), NULL), "shardckpt.inspect/1"));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(j, "format"), NULL), "dcp"));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(j, "path"), NULL), f.dir));
+    CHECK(sck_value_get_int(sck_value_dict_get(j, "files")) == 2);
+    const sck_value *es = sck_value_dict_get(j, "entries");
+    REQUIRE(sck_value_len(es) == 7);
+    const char *keys[7] = {"model.ids", "model.layers.0.half", "model.layers.0.weight", "model.mask", "model.norm.bf16",
+                           "other.rng", "other.step"};
+    for (int i = 0; i < 7; i++) CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(sck_value_at(es, (size_t)i), "key"), NULL), keys[i]));
+    const sck_value *w = sck_value_at(es, 2);
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(w, "kind"), NULL), "tensor"));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(w, "dtype"), NULL), "float32"));
+    CHECK(sck_value_get_int(sck_value_dict_get(w, "nbytes")) == 96);
+    const sck_value *shape = sck_value_dict_get(w, "shape");
+    CHECK(sck_value_len(shape) == 2 && sck_value_get_int(sck_value_at(shape, 0)) == 4 && sck_value_get_int(sck_value_at(shape, 1)) == 6);
+    const sck_value *chunks = sck_value_dict_get(w, "chunks");
+    REQUIRE(sck_value_len(chunks) == 2);
+    const sck_value *c1 = sck_value_at(chunks, 1);
+    CHECK(sck_value_get_int(sck_value_at(sck_value_dict_get(c1, "offsets"), 0)) == 2);
+    CHECK(sck_value_get_int(sck_value_at(sck_value_dict_get(c1, "sizes"), 0)) == 2);
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(c1, "file"), NULL), "__1_0.distcp"));
+    CHECK(sck_value_get_int(sck_value_dict_get(c1, "length")) > 48);
+    const sck_value *half = sck_value_at(es, 1);
+    CHECK(sck_value_len(sck_value_dict_get(half, "chunks")) == 2);     /* flat ranges [0,3) and [3,5) */
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(sck_value_at(es, 6), "kind"), NULL), "bytes"));
+    int64_t total = 0;
+    for (int i = 0; i < 7; i++) total += sck_value_get_int(sck_value_dict_get(sck_value_at(es, (size_t)i), "nbytes"));
+    CHECK(sck_value_get_int(sck_value_dict_get(j, "total_bytes")) == total);
+    sck_value_free(j);
+
+    /* a safetensors file: values from __metadata__ are "value" entries holding the value itself */
+    REQUIRE(RUN(args_of("convert %s %s", f.dir, tpath("f.safetensors"))) == 0);
+    REQUIRE(RUN(args_of("inspect --json %s%s", tpath("f.safetensors"), "")) == 0);
+    REQUIRE_OK(sck_value_from_json(g_out, strlen(g_out), &j));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(j, "format"), NULL), "safetensors"));
+    es = sck_value_dict_get(j, "entries");
+    REQUIRE(sck_value_len(es) == 7);
+    const sck_value *step = sck_value_at(es, 6);
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(step, "kind"), NULL), "value"));
+    CHECK(sck_value_get_int(sck_value_dict_get(step, "value")) == 100);
+    CHECK(sck_value_len(sck_value_dict_get(sck_value_at(es, 2), "chunks")) == 1);
+    sck_value_free(j);
+}
+
+TEST(cli_inspect_tree_and_flat) {
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    REQUIRE(RUN(args_of("inspect %s%s", f.dir, "")) == 0);
+    CHECK(strstr(g_out, ": DCP checkpoint, 7 entries (5 tensors, 2 other)") != NULL);
+    CHECK(strstr(g_out, "\nmodel/ ") != NULL);
+    CHECK(strstr(g_out, "\n  layers.0/ ") != NULL);      /* single-child chain folded */
+    CHECK(strstr(g_out, "\n    weight ") != NULL);
+    CHECK(strstr(g_out, "\n  norm.bf16 ") != NULL);      /* a lone entry keeps the rest of its key */
+    const char *w = strstr(g_out, "\n    weight ");
+    CHECK(w && strstr(w, "float32") && strstr(w, "[4, 6]") && strstr(w, "96 B") && strstr(w, "2 chunks"));
+    CHECK(strstr(g_out, "\nother/ ") != NULL);
+    REQUIRE(RUN(args_of("inspect --depth 1 %s%s", f.dir, "")) == 0);
+    CHECK(strstr(g_out, "\nmodel/ ") && strstr(g_out, "5 tensors"));
+    CHECK(strstr(g_out, "layers.0") == NULL);
+    REQUIRE(RUN(args_of("inspect --flat %s%s", f.dir, "")) == 0);
+    CHECK(strstr(g_out, "KEY") && strstr(g_out, "CHUNKS"));
+    CHECK(strstr(g_out, "\nmodel.layers.0.weight ") != NULL);
+    CHECK(strstr(g_out, "7 entries") != NULL);
+}
+
+/* ---- convert ---- */
+
+typedef struct lj {
+    const char *path;
+    fixture want;
+    int values;   /* also load other.step / other.rng (DCP sources: sck_load does not read __metadata__) */
+    int bad;
+} lj;
+
+/* Loads the fixture back with 3 ranks splitting the weight by columns and checks every value. */
+static int load_check(sck_comm *comm, void *arg) {
+    lj *j = arg;
+    int r = sck_comm_rank(comm);
+    float w[4][2];
+    uint16_t h[5], bf[3];
+    int64_t ids[4];
+    uint8_t mask[3];
+    int64_t wshape[2] = {4, 6}, woff[2] = {0, 2 * r}, wsz[2] = {4, 2}, s5[1] = {5}, s3[1] = {3}, s4[1] = {4};
+    sck_state *st = sck_state_new();
+    int rc = sck_state_add_box(st, "model.layers.0.weight", SCK_F32, 2, wshape, woff, wsz, w);
+    if (!rc) rc = sck_state_add_replicated(st, "model.layers.0.half", SCK_F16, 1, s5, h);
+    if (!rc) rc = sck_state_add_replicated(st, "model.norm.bf16", SCK_BF16, 1, s3, bf);
+    if (!rc) rc = sck_state_add_replicated(st, "model.ids", SCK_I64, 1, s4, ids);
+    if (!rc) rc = sck_state_add_replicated(st, "model.mask", SCK_BOOL, 1, s3, mask);
+    if (!rc && j->values) rc = sck_state_add_value(st, "other.step", NULL);
+    if (!rc && j->values) rc = sck_state_add_blob(st, "other.rng", NULL, 0);
+    rc = sck_comm_agree(comm, rc);
+    if (!rc) rc = sck_load(comm, j->path, st, NULL);
+    if (!rc) {
+        int bad = 0;
+        for (int i = 0; i < 4; i++)
+            for (int c = 0; c < 2; c++) bad |= w[i][c] != j->want.w[i][2 * r + c];
+        bad |= memcmp(h, j->want.h, sizeof h) || memcmp(bf, j->want.bf, sizeof bf) || memcmp(ids, j->want.ids, sizeof ids) ||
+               memcmp(mask, j->want.mask, sizeof mask);
+        const void *b;
+        size_t bn;
+        if (j->values) {
+            bad |= sck_value_get_int(sck_state_value(st, "other.step")) != 100;
+            bad |= sck_state_blob(st, "other.rng", &b, &bn) != 0 || bn != 3 || memcmp(b, "\x01\x02\xff", 3);
+        }
+        if (bad) __atomic_add_fetch(&j->bad, 1, __ATOMIC_SEQ_CST);
+    }
+    sck_state_free(st);
+    return rc;
+}
+
+static int file_equal(const char *a, const char *b) {
+    uint8_t *da, *db;
+    size_t na, nb;
+    if (sck_read_file(a, &da, &na)) return 0;
+    if (sck_read_file(b, &db, &nb)) {
+        free(da);
+        return 0;
+    }
+    int eq = na == nb && !memcmp(da, db, na);
+    free(da);
+    free(db);
+    return eq;
+}
+
+TEST(cli_convert_between_every_format) {
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    const char *st1 = tpath("a.safetensors"), *st2 = tpath("b.safetensors"), *hf = tpath("hf"), *back = tpath("back");
+    /* DCP -> safetensors, streamed and by 3 ranks with sck_save_full: the same bytes */
+    REQUIRE(RUN(args_of("convert %s %s --to safetensors", f.dir, st1)) == 0);
+    CHECK(g_out[0] == 0 && g_err[0] == 0);   /* quiet when piped */
+    REQUIRE(RUN(args_of("convert %s %s --to safetensors --ranks 3", f.dir, st2)) == 0);
+    CHECK(file_equal(st1, st2));
+    /* safetensors -> HF with a 40-byte cap: ids 32 | half 10 | weight 96 | mask 3 + bf16 6 */
+    REQUIRE(RUN(args_of("convert %s %s --to hf --max-shard-size 40B", st1, hf)) == 0);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/model-00004-of-00004.safetensors", hf);
+    CHECK(access(p, F_OK) == 0);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", hf);
+    CHECK(access(p, F_OK) == 0);
+    /* HF -> DCP on 4 ranks, then every value back */
+    REQUIRE(RUN(args_of("convert %s %s --to dcp --ranks 4", hf, back)) == 0);
+    snprintf(p, sizeof p, "%s/__3_0.distcp", back);
+    CHECK(access(p, F_OK) == 0);
+    const char *all[5] = {f.dir, st1, hf, back, NULL};
+    for (int i = 0; all[i]; i++) {
+        /* values of safetensors sources are checked by diff (sck_load reads tensors only from them) */
+        lj j = {all[i], f, i == 0 || i == 3, 0};
+        CHECK_OK(sck_threads_run(3, load_check, &j));
+        CHECK(j.bad == 0);
+        /* diff sees no difference between any of them */
+        CHECK(RUN(args_of("diff %s %s", f.dir, all[i])) == 0);
+        CHECK(strstr(g_out, "identical: 0 changed, 0 added, 0 removed, 7 identical") != NULL);
+    }
+    /* HF -> HF by 2 ranks in parallel equals the streamed one */
+    REQUIRE(RUN(args_of("convert %s %s --to hf --max-shard-size 40B --ranks 2", back, tpath("hf2"))) == 0);
+    for (int k = 1; k <= 4; k++) {
+        char a[PATH_MAX], b[PATH_MAX];
+        snprintf(a, sizeof a, "%s/model-%05d-of-00004.safetensors", hf, k);
+        snprintf(b, sizeof b, "%s/model-%05d-of-00004.safetensors", tpath("hf2"), k);
+        CHECK(file_equal(a, b));
+    }
+}
+
+TEST(cli_progress_bar_only_when_asked_or_on_a_tty) {
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    char a[PATH_MAX * 2];
+    snprintf(a, sizeof a, "convert %s %s", f.dir, tpath("p.safetensors"));
+    CHECK(run_cli(NULL, a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
+    CHECK(g_err[0] == 0);
+    CHECK(run_cli("SHARDCKPT_PROGRESS=always", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
+    CHECK(strstr(g_err, "converting [") && strstr(g_err, "100%") && strstr(g_err, "147 B / 147 B"));
+    snprintf(a, sizeof a, "convert %s %s --to dcp --ranks 2", f.dir, tpath("p2"));
+    CHECK(run_cli("SHARDCKPT_PROGRESS=always", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
+    CHECK(strstr(g_err, "writing [") && strstr(g_err, "294 B / 294 B"));
+    CHECK(run_cli("SHARDCKPT_PROGRESS=never", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
+    CHECK(g_err[0] == 0);
+}
+
+/* ---- diff ---- */
+
+static void make_variant(fixture *f, const char *dir) {
+    fixture_init(f, dir);
+    f->w[3][5] += 0.25f;     /* float32: 0.25 */
+    f->w[0][0] = -0.0f;      /* -0.0 == 0.0: not a difference */
+    f->h[1] = 0x4100;        /* float16 2.0 -> 2.5 */
+    f->bf[2] = 0xC050;       /* bfloat16 -3.0 -> -3.25 */
+    f->ids[3] -= 3;          /* int64 2^62 -> 2^62 - 3: exactly 3 */
+    f->mask[1] = 1;          /* bool 0 -> 1 */
+    f->step = 101;
+    if (sck_threads_run(2, fixture_save, f)) th_fail(__FILE__, __LINE__, "variant save");
+}
+
+TEST(cli_diff_reports_every_kind_of_change) {
+    fixture f, g;
+    make_fixture(&f, tpath("a"));
+    make_variant(&g, tpath("b"));
+    REQUIRE(RUN(args_of("diff %s %s", f.dir, g.dir)) == 1);
+    CHECK(strstr(g_out, "~ model.layers.0.weight") && strstr(g_out, "max abs diff 0.25, 1 of 24 elements differ"));
+    CHECK(strstr(g_out, "~ model.layers.0.half") && strstr(g_out, "max abs diff 0.5, 1 of 5 elements differ"));
+    CHECK(strstr(g_out, "~ model.norm.bf16") && strstr(g_out, "max abs diff 0.25, 1 of 3"));
+    CHECK(strstr(g_out, "~ model.ids") && strstr(g_out, "max abs diff 3, 1 of 4"));
+    CHECK(strstr(g_out, "~ model.mask") && strstr(g_out, "max abs diff 1, 1 of 3"));
+    CHECK(strstr(g_out, "~ other.step") && strstr(g_out, "100 -> 101"));
+    CHECK(strstr(g_out, "different: 6 changed, 0 added, 0 removed, 1 identical") != NULL);
+    /* tolerance */
+    REQUIRE(RUN(args_of("diff --atol 0.3 %s %s", f.dir, g.dir)) == 1);
+    CHECK(strstr(g_out, "model.layers.0.weight") == NULL && strstr(g_out, "model.norm.bf16") == NULL);
+    CHECK(strstr(g_out, "model.layers.0.half") != NULL);
+    /* quiet */
+    CHECK(RUN(args_of("diff -q %s %s", f.dir, g.dir)) == 1);
+    CHECK(g_out[0] == 0);
+    /* across formats and shardings: the variant as HF shards vs the original as a safetensors file */
+    REQUIRE(RUN(args_of("convert %s %s --to hf --max-shard-size 30B", g.dir, tpath("bhf"))) == 0);
+    REQUIRE(RUN(args_of("convert %s %s", f.dir, tpath("a.safetensors"))) == 0);
+    CHECK(RUN(args_of("diff %s %s", tpath("a.safetensors"), tpath("bhf"))) == 1);
+    CHECK(strstr(g_out, "different: 6 changed, 0 added, 0 removed, 1 identical") != NULL);
+    /* added, removed, dtype/shape and kind changes */
+    const char *c = tpath("c.safetensors");
+    FILE *fp = fopen(c, "wb");
+    REQUIRE(fp != NULL);
+    /* one F64 [4,6] weight and one new tensor, nothing else */
+    const char *hdr = "{\"model.layers.0.weight\":{\"dtype\":\"F64\",\"shape\":[4,6],\"data_offsets\":[0,192]},"
+                      "\"zz.new\":{\"dtype\":\"U8\",\"shape\":[2],\"data_offsets\":[192,194]}}";
+    uint64_t hl = strlen(hdr);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
+    fwrite(le, 1, 8, fp);
+    fwrite(hdr, 1, hl, fp);
+    static uint8_t zeros[194];
+    fwrite(zeros, 1, sizeof zeros, fp);
+    fclose(fp);
+    REQUIRE(RUN(args_of("diff %s %s -v", f.dir, c)) == 1);
+    CHECK(strstr(g_out, "~ model.layers.0.weight") && strstr(g_out, "float32 [4, 6] -> float64 [4, 6]"));
+    CHECK(strstr(g_out, "- model.ids") && strstr(g_out, "- other.step") && strstr(g_out, "+ zz.new"));
+    CHECK(strstr(g_out, "different: 1 changed, 1 added, 6 removed, 0 identical") != NULL);
+    /* identical, with -v listing every entry */
+    REQUIRE(RUN(args_of("diff -v %s %s", f.dir, tpath("a.safetensors"))) == 0);
+    CHECK(strstr(g_out, "= model.mask") && strstr(g_out, "= other.rng"));
+}
