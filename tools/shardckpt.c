@@ -2,6 +2,7 @@
  *   shardckpt inspect PATH [--json | --flat] [--depth N]
  *   shardckpt diff A B [--atol X] [-q | -v]
  *   shardckpt convert SRC DST --to dcp|safetensors|hf [--ranks N] [--max-shard-size SIZE]
+ *   shardckpt verify PATH
  * Exit status: 0 on success, 1 on error (one line on stderr) or, for diff, a difference, 2 on bad
  * usage.  Each command's --help and docs/CLI.md say more.  A new command is one line in COMMANDS. */
 #include <stdio.h>
@@ -20,6 +21,7 @@ static const command COMMANDS[] = {
     {"inspect", "PATH", "what a checkpoint holds: a tree of keys, dtypes, shapes, sizes (--json)", cmd_inspect},
     {"diff", "A B", "entries added, removed and changed between two checkpoints", cmd_diff},
     {"convert", "SRC DST --to FMT", "convert between DCP, safetensors and Hugging Face sharded", cmd_convert},
+    {"verify", "PATH", "read every chunk, check coverage and CRC-32C checksums", cmd_verify},
 };
 
 static void usage(FILE *f) {
