@@ -67,7 +67,7 @@ MPI_CC    = OMPI_CC=$(CC) MPICH_CC=$(CC) $(MPICC)
 MPI_LIBS := $(BUILD)/libshardckpt_mpi.a $(BUILD)/libshardckpt.a
 MPI_TESTS := $(patsubst tests/mpi/%.c,$(BUILD)/tests/mpi/%,$(wildcard tests/mpi/mpi_*.c))
 
-.PHONY: mpi examples test-mpi
+.PHONY: mpi mpi-tests examples test-mpi
 
 ifeq ($(HAVE_MPI),1)
 mpi: $(BUILD)/libshardckpt_mpi.a $(BUILD)/libshardckpt_mpi.so
@@ -102,10 +102,13 @@ $(BUILD)/tests/f32_diff: tests/mpi/f32_diff.c
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS) -lm
 
 examples: $(BUILD)/examples/quickstart $(BUILD)/examples/fsdp_train
+mpi-tests: $(if $(HAVE_MPI),mpi $(MPI_TESTS))
 
-# The MPI suite (run_all.sh runs it): under mpirun when MPI is built; fsdp_train's threads runs always.
-test-mpi: all examples $(BUILD)/tests/f32_diff $(if $(HAVE_MPI),mpi $(MPI_TESTS))
-	@SCK_MPI=$(if $(HAVE_MPI),1,0) sh tests/mpi/run.sh $(BUILD)
+# The MPI suite (run_all.sh runs it): under mpirun when MPI is built; fsdp_train's threads runs always.  Some
+# runs repeat with the examples and MPI tests built under ASan+UBSan in build-asan.
+test-mpi: all examples $(BUILD)/tests/f32_diff mpi-tests
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" LDFLAGS="$(ASAN_LDFLAGS)" examples mpi-tests
+	@SCK_MPI=$(if $(HAVE_MPI),1,0) SCK_ASAN_BUILD=build-asan sh tests/mpi/run.sh $(BUILD)
 
 # The main job's demo (README): examples/fsdp_demo.sh trains examples/fsdp_train.c on 2 ranks (mpirun when MPI
 # is built, else threads), checkpoints, resumes on 3 ranks, prints the loss curve and inspects the checkpoint.
@@ -143,9 +146,10 @@ test: all tests
 test-c: tests
 	@$(BUILD)/tests/run_tests
 
+ASAN_OPT     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+ASAN_LDFLAGS := -fsanitize=address,undefined
 test-asan:
-	@$(MAKE) --no-print-directory BUILD=build-asan OPT="-O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all" \
-		LDFLAGS="-fsanitize=address,undefined" all tests
+	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" LDFLAGS="$(ASAN_LDFLAGS)" all tests
 
 test-interop: all
 	@$(PYTHON) tests/interop/run_interop.py

@@ -5,7 +5,8 @@
 #     with a failure injected on one rank, on 1, 2, 3, 4 and 8 ranks;
 #   - fsdp_train under mpirun: resume on the same rank count is bit-identical to an uninterrupted run,
 #     resume on other counts matches within float tolerance, and MPI and threads runs are identical.
-# Always: fsdp_train's threads runs (the same resume checks).  Every mpirun is bounded by a timeout,
+# Always: fsdp_train's threads runs (the same resume checks), and some runs again under ASan+UBSan when
+# SCK_ASAN_BUILD names a sanitizer build.  Every mpirun is bounded by a timeout,
 # so a hang is a failure.  Prints one line per test and "N passed, N failed" last.
 set -u
 B=${1:-build}
@@ -121,6 +122,31 @@ check "fsdp_train (threads, 3 ranks): 40 steps, checkpoint at 20" threads 3 --sa
 check "fsdp_train (threads): resumed at 20 on 3 threads is bit-identical" resumed_same threads 3 "$tmp/run3/step-000020" "$tmp/full3.bin"
 check "fsdp_train ($how): resumed at 20 on 1 rank matches within $TOL" resumed_close launch 1 "$tmp/run3/step-000020" "$tmp/full3.bin"
 check "fsdp_train: a checkpoint of another model config is refused" refused
+
+# The same code under ASan+UBSan (SCK_ASAN_BUILD: a build dir made with the sanitizers).  Leak checks for the
+# threads runs only: Open MPI's own allocations are still live at exit.
+A=${SCK_ASAN_BUILD:-}
+if [ -n "$A" ] && [ -x "$A/examples/fsdp_train" ]; then
+    export UBSAN_OPTIONS=print_stacktrace=1
+    asan_resume() {
+        ASAN_OPTIONS=detect_leaks=1 "$A/examples/fsdp_train" --threads 3 --steps 20 --save-every 10 --ckpt-dir "$tmp/asan" \
+            --dump "$tmp/asan_full.bin" &&
+        ASAN_OPTIONS=detect_leaks=1 "$A/examples/fsdp_train" --threads 2 --steps 20 --resume "$tmp/asan/step-000010" \
+            --dump "$tmp/asan_res.bin" && $DIFF "$tmp/asan_full.bin" "$tmp/asan_res.bin" $TOL
+    }
+    check "ASan+UBSan: fsdp_train on 3 threads, resumed on 2" asan_resume
+    if [ "$MPI" = 1 ] && [ -x "$A/tests/mpi/mpi_ckpt" ]; then
+        export ASAN_OPTIONS=detect_leaks=0
+        suite "ASan+UBSan: backend collectives, np 3" $RUN 3 "$A/tests/mpi/mpi_ckpt" comm
+        suite "ASan+UBSan: save on 3" $RUN 3 "$A/tests/mpi/mpi_ckpt" save "$tmp/asan3" 50
+        suite "ASan+UBSan: load on 2" $RUN 2 "$A/tests/mpi/mpi_ckpt" load "$tmp/asan3" "$tmp/ckpt8"
+        suite "ASan+UBSan: error agreement, np 3" $RUN 3 "$A/tests/mpi/mpi_ckpt" errors "$tmp/asan_err"
+        check "ASan+UBSan: fsdp_train under mpirun, resumed on 2 ranks" sh -c \
+            "$RUN 2 $A/examples/fsdp_train --steps 20 --resume $tmp/asan/step-000010 --dump $tmp/asan_mpi.bin > /dev/null &&
+             cmp $tmp/asan_res.bin $tmp/asan_mpi.bin"
+        unset ASAN_OPTIONS
+    fi
+fi
 
 echo "$pass passed, $fail failed"
 [ "$fail" = 0 ]
