@@ -25,7 +25,11 @@
  * -------------
  * MPI counts are `int`.  Transfers larger than the message limit (INT_MAX bytes unless
  * sck_comm_mpi_chunked says otherwise) are split into several collectives, so totals
- * above 2 GiB work; a staging buffer of at most (ranks x limit) bytes is used then.
+ * above 2 GiB work; an all-gather split that way stages each round in a buffer of at most
+ * the limit.
+ *
+ * Cost: each all-gather is three collectives (sizes, allocation agreement, data), each
+ * broadcast three (size, allocation agreement, data); sck_save makes three all-gathers.
  */
 #ifndef SHARDCKPT_MPI_H
 #define SHARDCKPT_MPI_H
@@ -47,9 +51,10 @@ extern "C" {
  *  call failed (its error string), or out of memory. */
 sck_comm *sck_comm_mpi(MPI_Comm c);
 
-/** Like sck_comm_mpi, but no single MPI message carries more than `max_message` bytes
- *  (at least 1; values above INT_MAX are lowered to INT_MAX): larger transfers are split.
- *  For MPI stacks with smaller message limits, and to exercise the splitting in tests. */
+/** Like sck_comm_mpi, but one MPI collective moves at most `max_message` bytes into a rank
+ *  (values above INT_MAX are lowered to INT_MAX; an all-gather still moves at least one byte
+ *  per rank per round): larger transfers are split into rounds.  For MPI stacks with smaller
+ *  message limits, and to exercise the splitting in tests.  Errors as sck_comm_mpi. */
 sck_comm *sck_comm_mpi_chunked(MPI_Comm c, size_t max_message);
 
 #ifdef __cplusplus
