@@ -1,0 +1,345 @@
+/* wstream.c - the background writer behind a rank's data file (see wstream.h). */
+#include "wstream.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "fileio.h"
+
+#define WB_WINDOW (32u << 20) /* buffered mode: writeback is started, then waited for, per window */
+
+typedef struct ws_op {
+    const uint8_t *p;
+    uint64_t off, len;
+    int buf;               /* staging buffer to give back after the write, or -1 (by reference) */
+} ws_op;
+
+struct wstream {
+    int fd;
+    char *path;
+    int direct, do_fsync;
+    uint64_t pos;          /* bytes appended */
+
+    /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread */
+    uint8_t **bufs;
+    unsigned nbufs;
+    uint64_t stage;
+    int *free_list;
+    unsigned nfree;
+    int cur;
+    uint64_t cur_len;
+
+    /* the queue the writer thread drains, guarded by mu */
+    pthread_mutex_t mu;
+    pthread_cond_t work, done;
+    ws_op *q;
+    size_t qhead, qlen, qcap;
+    int stop, busy;
+    int status;            /* first error of the writer (sticky) */
+    char errmsg[1024];
+    pthread_t th;
+    int started;
+
+    /* writer thread only: streaming writeback of buffered writes */
+    int wb_on;
+    uint64_t written, wb_started, wb_waited;
+};
+
+/* ------------------------------------------------------------------ writer thread */
+
+static void set_error(wstream *w, int rc) {
+    pthread_mutex_lock(&w->mu);
+    if (!w->status) {
+        w->status = rc;
+        snprintf(w->errmsg, sizeof w->errmsg, "%s", sck_last_error());
+    }
+    pthread_mutex_unlock(&w->mu);
+}
+
+/* Starts writeback of each finished window and waits for the one before it, then drops those pages:
+ * the disk works while we write, and a save does not fill the page cache with data nobody reads. */
+static int stream_writeback(wstream *w) {
+    while (w->wb_on && w->written - w->wb_started >= WB_WINDOW) {
+        if (sync_file_range(w->fd, (off64_t)w->wb_started, WB_WINDOW, SYNC_FILE_RANGE_WRITE) != 0) {
+            if (errno == EINVAL || errno == ENOSYS || errno == ESPIPE) { /* not supported here: leave it to fsync */
+                w->wb_on = 0;
+                return SCK_OK;
+            }
+            return sck_err_errno(SCK_ERR_IO, errno, "%s: writeback of [%llu, +%u) failed", w->path,
+                                 (unsigned long long)w->wb_started, WB_WINDOW);
+        }
+        w->wb_started += WB_WINDOW;
+        if (w->wb_started - w->wb_waited > WB_WINDOW) {
+            unsigned flags = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
+            if (sync_file_range(w->fd, (off64_t)w->wb_waited, WB_WINDOW, flags) != 0)
+                return sck_err_errno(SCK_ERR_IO, errno, "%s: writeback of [%llu, +%u) failed", w->path,
+                                     (unsigned long long)w->wb_waited, WB_WINDOW);
+            posix_fadvise(w->fd, (off_t)w->wb_waited, WB_WINDOW, POSIX_FADV_DONTNEED); /* advice only */
+            w->wb_waited += WB_WINDOW;
+        }
+    }
+    return SCK_OK;
+}
+
+static void *writer_main(void *arg) {
+    wstream *w = arg;
+    pthread_mutex_lock(&w->mu);
+    for (;;) {
+        while (!w->qlen && !w->stop) pthread_cond_wait(&w->work, &w->mu);
+        if (!w->qlen) break;
+        ws_op op = w->q[w->qhead];
+        w->qhead = (w->qhead + 1) % w->qcap;
+        w->qlen--;
+        w->busy = 1;
+        int skip = w->status != 0 || w->stop > 1;
+        pthread_mutex_unlock(&w->mu);
+        int rc = SCK_OK;
+        if (!skip) {
+            rc = sck_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
+            if (!rc) {
+                w->written = op.off + op.len;
+                rc = stream_writeback(w);
+            }
+            if (rc) set_error(w, rc);
+        }
+        pthread_mutex_lock(&w->mu);
+        w->busy = 0;
+        if (op.buf >= 0) w->free_list[w->nfree++] = op.buf;
+        pthread_cond_broadcast(&w->done);
+    }
+    pthread_mutex_unlock(&w->mu);
+    return NULL;
+}
+
+/* ------------------------------------------------------------------ caller's side */
+
+/* Re-raises the writer's error in the caller's thread. */
+static int writer_error(wstream *w) {
+    sck_err_set_raw(w->errmsg);
+    return w->status;
+}
+
+static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int buf) {
+    pthread_mutex_lock(&w->mu);
+    if (w->status) {
+        if (buf >= 0) w->free_list[w->nfree++] = buf;
+        int rc = writer_error(w);
+        pthread_mutex_unlock(&w->mu);
+        return rc;
+    }
+    if (w->qlen == w->qcap) {
+        size_t cap = w->qcap ? 2 * w->qcap : 64;
+        ws_op *q = malloc(cap * sizeof *q);
+        if (!q) {
+            if (buf >= 0) w->free_list[w->nfree++] = buf;
+            pthread_mutex_unlock(&w->mu);
+            return sck_err(SCK_ERR_NOMEM, "%s: out of memory queueing a write", w->path);
+        }
+        for (size_t i = 0; i < w->qlen; i++) q[i] = w->q[(w->qhead + i) % w->qcap];
+        free(w->q);
+        w->q = q;
+        w->qcap = cap;
+        w->qhead = 0;
+    }
+    w->q[(w->qhead + w->qlen) % w->qcap] = (ws_op){p, off, len, buf};
+    w->qlen++;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->mu);
+    return SCK_OK;
+}
+
+/* Takes a free staging buffer, waiting for the writer to return one. */
+static int take_buf(wstream *w) {
+    pthread_mutex_lock(&w->mu);
+    while (!w->nfree && !w->status) pthread_cond_wait(&w->done, &w->mu);
+    if (w->status) {
+        int rc = writer_error(w);
+        pthread_mutex_unlock(&w->mu);
+        return rc;
+    }
+    int b = w->free_list[--w->nfree];
+    pthread_mutex_unlock(&w->mu);
+    if (!w->bufs[b]) {
+        void *m = mmap(NULL, w->stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) {
+            pthread_mutex_lock(&w->mu);
+            w->free_list[w->nfree++] = b;
+            pthread_mutex_unlock(&w->mu);
+            return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a %llu-byte staging buffer", w->path, (unsigned long long)w->stage);
+        }
+        madvise(m, w->stage, MADV_HUGEPAGE); /* advice only: fewer page faults */
+        w->bufs[b] = m;
+    }
+    w->cur = b;
+    w->cur_len = 0;
+    return SCK_OK;
+}
+
+/* Hands the current staging buffer to the writer; in direct mode its length is padded to WS_ALIGN
+ * (only at close: everywhere else it is already aligned). */
+static int flush_cur(wstream *w) {
+    if (w->cur < 0) return SCK_OK;
+    int b = w->cur;
+    uint64_t len = w->cur_len, off = w->pos - w->cur_len;
+    w->cur = -1;
+    w->cur_len = 0;
+    if (len == 0) {
+        pthread_mutex_lock(&w->mu);
+        w->free_list[w->nfree++] = b;
+        pthread_mutex_unlock(&w->mu);
+        return SCK_OK;
+    }
+    if (w->direct && len % WS_ALIGN) {
+        uint64_t pad = WS_ALIGN - len % WS_ALIGN;
+        memset(w->bufs[b] + len, 0, pad);
+        len += pad;
+    }
+    return submit(w, w->bufs[b], off, len, b);
+}
+
+static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
+    while (n > 0) {
+        int rc;
+        if (w->cur < 0 && (rc = take_buf(w))) return rc;
+        uint64_t k = w->stage - w->cur_len < n ? w->stage - w->cur_len : n;
+        memcpy(w->bufs[w->cur] + w->cur_len, p, k);
+        w->cur_len += k;
+        w->pos += k;
+        p += k;
+        n -= k;
+        if (w->cur_len == w->stage && (rc = flush_cur(w))) return rc;
+    }
+    return SCK_OK;
+}
+
+int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
+    const uint8_t *b = p;
+    if (n == 0) return SCK_OK;
+    if (by_ref && n >= WS_REF_MIN) {
+        uint64_t body = n;
+        if (w->direct) {
+            body = w->pos % WS_ALIGN || (uintptr_t)b % WS_ALIGN ? 0 : n / WS_ALIGN * WS_ALIGN;
+        }
+        if (body) {
+            int rc = flush_cur(w);
+            if (!rc) rc = submit(w, b, w->pos, body, -1);
+            if (rc) return rc;
+            w->pos += body;
+            b += body;
+            n -= body;
+        }
+    }
+    return copy_in(w, b, n);
+}
+
+uint64_t ws_pos(const wstream *w) { return w->pos; }
+
+int ws_is_direct(const wstream *w) { return w->direct; }
+
+/* Stops and joins the writer (after the queue drains, or at once when hard), then releases everything. */
+static int finish(wstream *w, int hard) {
+    if (w->started) {
+        pthread_mutex_lock(&w->mu);
+        w->stop = hard ? 2 : 1;
+        pthread_cond_signal(&w->work);
+        pthread_mutex_unlock(&w->mu);
+        pthread_join(w->th, NULL);
+    }
+    int rc = w->status;
+    if (rc) sck_err_set_raw(w->errmsg);
+    if (w->fd >= 0) {
+        if (!rc && !hard && w->direct && ftruncate(w->fd, (off_t)w->pos) != 0) /* drop the alignment padding */
+            rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot truncate to %llu bytes", w->path, (unsigned long long)w->pos);
+        if (!rc && !hard && w->do_fsync && io_fsync(w->fd, w->path) != 0)
+            rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
+        if (hard) close(w->fd); /* an error path must never fail again */
+        else if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
+    }
+    for (unsigned i = 0; w->bufs && i < w->nbufs; i++)
+        if (w->bufs[i]) munmap(w->bufs[i], w->stage);
+    if (w->started) {
+        pthread_cond_destroy(&w->work);
+        pthread_cond_destroy(&w->done);
+        pthread_mutex_destroy(&w->mu);
+    }
+    free(w->bufs);
+    free(w->free_list);
+    free(w->q);
+    free(w->path);
+    free(w);
+    return rc;
+}
+
+int ws_close(wstream *w) {
+    int rc = flush_cur(w);
+    int rc2 = finish(w, 0);
+    return rc ? rc : rc2;
+}
+
+void ws_abort(wstream *w) {
+    if (w) finish(w, 1);
+}
+
+int ws_open(wstream **out, const char *path, const ws_opts *o) {
+    *out = NULL;
+    wstream *w = calloc(1, sizeof *w);
+    if (!w) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
+    w->fd = -1;
+    w->cur = -1;
+    w->do_fsync = o && o->do_fsync;
+    w->nbufs = o && o->nbufs ? o->nbufs : WS_NBUFS_DEFAULT;
+    uint64_t st = o && o->stage_bytes ? o->stage_bytes : WS_STAGE_DEFAULT;
+    w->stage = (st + WS_ALIGN - 1) / WS_ALIGN * WS_ALIGN;
+    w->path = sck_strdup(path);
+    w->bufs = calloc(w->nbufs, sizeof *w->bufs);
+    w->free_list = calloc(w->nbufs, sizeof *w->free_list);
+    if (!w->path || !w->bufs || !w->free_list) {
+        finish(w, 1);
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
+    }
+    for (unsigned i = 0; i < w->nbufs; i++) w->free_list[w->nfree++] = (int)(w->nbufs - 1 - i);
+    int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
+    if (o && o->direct) {
+        w->fd = io_open(path, flags | O_DIRECT, 0644);
+        w->direct = w->fd >= 0;
+        if (w->fd < 0 && errno != EINVAL) {
+            int e = errno;
+            finish(w, 1);
+            return sck_err_errno(SCK_ERR_IO, e, "%s: cannot create", path);
+        }
+    }
+    if (w->fd < 0 && (w->fd = io_open(path, flags, 0644)) < 0) {
+        int e = errno;
+        finish(w, 1);
+        return sck_err_errno(SCK_ERR_IO, e, "%s: cannot create", path);
+    }
+    w->wb_on = !w->direct && w->do_fsync;
+    if (pthread_mutex_init(&w->mu, NULL)) goto nothread;
+    if (pthread_cond_init(&w->work, NULL)) {
+        pthread_mutex_destroy(&w->mu);
+        goto nothread;
+    }
+    if (pthread_cond_init(&w->done, NULL)) {
+        pthread_cond_destroy(&w->work);
+        pthread_mutex_destroy(&w->mu);
+        goto nothread;
+    }
+    if (pthread_create(&w->th, NULL, writer_main, w)) {
+        pthread_cond_destroy(&w->work);
+        pthread_cond_destroy(&w->done);
+        pthread_mutex_destroy(&w->mu);
+        goto nothread;
+    }
+    w->started = 1;
+    *out = w;
+    return SCK_OK;
+nothread:
+    finish(w, 1);
+    return sck_err(SCK_ERR_NOMEM, "%s: cannot start a writer thread", path);
+}

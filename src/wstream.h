@@ -1,0 +1,49 @@
+/* wstream.h - one rank's data file, written by a background thread.
+ *
+ * Appends are either copied into a bounded set of staging buffers (small pieces: headers, small
+ * tensors) or queued by reference (large pieces: written straight from the caller's memory, no
+ * copy).  One writer thread issues the writes in file order, so the caller's thread keeps encoding
+ * and checksumming while the disk works.  Buffered mode streams writeback behind the writer
+ * (sync_file_range + dropping written pages) when the file is to be fsynced, so the final fsync is
+ * short and the save does not fill the page cache.  Direct mode opens with O_DIRECT: every write is
+ * 4 KiB aligned (unaligned data goes through staging; the file is padded and truncated at close).
+ */
+#ifndef SCK_WSTREAM_H
+#define SCK_WSTREAM_H
+
+#include <stdint.h>
+
+#include "util.h"
+
+#define WS_ALIGN 4096u                  /* O_DIRECT alignment of offsets, lengths and memory */
+#define WS_STAGE_DEFAULT (64u << 20)    /* bytes per staging buffer */
+#define WS_NBUFS_DEFAULT 2u
+#define WS_REF_MIN (256u << 10)         /* appends this large may be queued by reference */
+
+typedef struct ws_opts {
+    uint64_t stage_bytes;  /* size of each staging buffer, rounded up to WS_ALIGN (0: WS_STAGE_DEFAULT) */
+    unsigned nbufs;        /* staging buffers (0: WS_NBUFS_DEFAULT; at least 1) */
+    int direct;            /* O_DIRECT; falls back to buffered I/O where the file system refuses it */
+    int do_fsync;          /* fsync at close */
+} ws_opts;
+
+typedef struct wstream wstream;
+
+/* Creates/truncates `path` and starts the writer thread.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
+int ws_open(wstream **out, const char *path, const ws_opts *o);
+/* Appends n bytes at the end of the file.  by_ref: the caller guarantees p stays valid and unchanged
+ * until ws_close/ws_abort returns, so large pieces are written from it without a copy.  Blocks while
+ * every staging buffer is in flight.  Errors: the writer's first error (SCK_ERR_IO, with its message),
+ * SCK_ERR_NOMEM. */
+int ws_append(wstream *w, const void *p, uint64_t n, int by_ref);
+/* Bytes appended so far (the file offset of the next append). */
+uint64_t ws_pos(const wstream *w);
+/* 1 if the file is being written with O_DIRECT. */
+int ws_is_direct(const wstream *w);
+/* Writes what is staged, waits for the writer, fsyncs if asked, closes and frees.  Returns the first
+ * error of the whole stream.  Errors: SCK_ERR_IO. */
+int ws_close(wstream *w);
+/* Stops the writer after its current write, closes and frees without flushing (after an error). */
+void ws_abort(wstream *w);
+
+#endif

@@ -1,0 +1,144 @@
+/* test_wstream.c - the background writer: byte-exact files from mixed copied / by-reference appends in
+ * buffered and O_DIRECT modes (small staging buffers, so buffers cycle), and writer errors surfacing
+ * in the caller's thread with their message. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+
+#include "harness.h"
+#include "wstream.h"
+
+static uint8_t *read_all(const char *path, size_t *n) {
+    uint8_t *d = NULL;
+    return sck_read_file(path, &d, n) == SCK_OK ? d : NULL;
+}
+
+/* Appends a fixed mix of pieces (tiny, unaligned, large aligned, large unaligned) from `src`. */
+static int append_mix(wstream *w, const uint8_t *src, size_t *total) {
+    static const size_t sizes[] = {3, 100, 4093, 1 << 20, 7, (1 << 20) + 5, 300000, 64, 2 << 20, 1};
+    size_t off = 0;
+    for (size_t i = 0; i < sizeof sizes / sizeof *sizes; i++) {
+        int rc = ws_append(w, src + off, sizes[i], 1);
+        if (rc) return rc;
+        off += sizes[i];
+        if (ws_pos(w) != off) return SCK_ERR_INVALID_ARG;
+    }
+    *total = off;
+    return SCK_OK;
+}
+
+static void check_mode(int direct, int do_fsync, uint64_t stage) {
+    const char *dir = th_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/f.bin", dir);
+    size_t cap = 6 << 20;
+    /* page-aligned source, so the large aligned pieces can go by reference even with O_DIRECT */
+    uint8_t *src = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(src != MAP_FAILED);
+    th_fill(src, cap, 7 + (uint64_t)direct);
+    ws_opts o = {stage, 2, direct, do_fsync};
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &o));
+    size_t total = 0;
+    CHECK_OK(append_mix(w, src, &total));
+    CHECK_OK(ws_close(w));
+    size_t n = 0;
+    uint8_t *got = read_all(path, &n);
+    REQUIRE(got);
+    CHECK(n == total);
+    CHECK(n == total && memcmp(got, src, total) == 0);
+    free(got);
+    munmap(src, cap);
+}
+
+TEST(wstream_buffered_mixed_appends_exact) { check_mode(0, 1, 64 << 10); }
+TEST(wstream_buffered_no_fsync_default_stage) { check_mode(0, 0, 0); }
+TEST(wstream_direct_mixed_appends_exact_and_truncated) { check_mode(1, 1, 64 << 10); }
+
+/* Larger than the writeback window, so streaming writeback and page dropping run. */
+TEST(wstream_buffered_streams_writeback_over_windows) {
+    const char *dir = th_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/big.bin", dir);
+    size_t piece = 9 << 20, count = 8;
+    uint8_t *src = malloc(piece);
+    REQUIRE(src);
+    th_fill(src, piece, 11);
+    ws_opts o = {1 << 20, 2, 0, 1};
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &o));
+    for (size_t i = 0; i < count; i++) {
+        CHECK_OK(ws_append(w, src, 5, 0));            /* a small copied header between large pieces */
+        CHECK_OK(ws_append(w, src, piece, 1));
+    }
+    CHECK_OK(ws_close(w));
+    size_t n = 0;
+    uint8_t *got = read_all(path, &n);
+    REQUIRE(got);
+    CHECK(n == count * (piece + 5));
+    for (size_t i = 0; i < count && n == count * (piece + 5); i++) {
+        CHECK(memcmp(got + i * (piece + 5), src, 5) == 0);
+        CHECK(memcmp(got + i * (piece + 5) + 5, src, piece) == 0);
+    }
+    free(got);
+    free(src);
+}
+
+TEST(wstream_open_error_names_path) {
+    const char *dir = th_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/no/such/dir/f.bin", dir);
+    wstream *w = NULL;
+    CHECK_ERR(ws_open(&w, path, NULL), SCK_ERR_IO, "cannot create");
+    CHECK(strstr(sck_last_error(), "no/such/dir/f.bin") != NULL);
+    CHECK(w == NULL);
+}
+
+/* A write failing in the writer thread (file size limit: EFBIG) comes back from a later append or
+ * from ws_close, with the path and offset in the message. */
+TEST(wstream_writer_error_reaches_caller) {
+    const char *dir = th_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/limited.bin", dir);
+    struct rlimit old, lim;
+    REQUIRE(getrlimit(RLIMIT_FSIZE, &old) == 0);
+    void (*prev)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = 1 << 20;
+    REQUIRE(setrlimit(RLIMIT_FSIZE, &lim) == 0);
+    size_t n = 4 << 20;
+    uint8_t *src = calloc(1, n);
+    wstream *w = NULL;
+    int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1}) : SCK_ERR_NOMEM;
+    for (int i = 0; i < 4 && rc == SCK_OK; i++) rc = ws_append(w, src, n, i % 2);
+    if (w && rc == SCK_OK) {
+        rc = ws_close(w);
+    } else if (w) {
+        int rc2 = ws_close(w); /* the same sticky error, and everything released */
+        CHECK(rc2 == rc);
+    }
+    setrlimit(RLIMIT_FSIZE, &old);
+    signal(SIGXFSZ, prev);
+    free(src);
+    CHECK(rc == SCK_ERR_IO);
+    CHECK(strstr(sck_last_error(), "limited.bin: write of") != NULL);
+    CHECK(strstr(sck_last_error(), "File too large") != NULL);
+}
+
+TEST(wstream_abort_releases_without_flushing) {
+    const char *dir = th_tmpdir();
+    char path[4096];
+    snprintf(path, sizeof path, "%s/aborted.bin", dir);
+    uint8_t small[100] = {1, 2, 3};
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, NULL));
+    CHECK_OK(ws_append(w, small, sizeof small, 0));
+    ws_abort(w);
+    struct stat sb;
+    REQUIRE(stat(path, &sb) == 0);
+    CHECK(sb.st_size == 0); /* the staged bytes were dropped */
+}
