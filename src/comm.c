@@ -27,19 +27,20 @@ int sck_comm_size(const sck_comm *c) { return c ? c->size : 1; }
 
 int comm_allgatherv(sck_comm *c, const void *send, size_t n, void **recv, size_t *counts) {
     int rc = c->ops->allgatherv(c->ctx, send, n, recv, counts);
-    if (rc) return sck_err(SCK_ERR_COMM, "rank %d: allgather of %zu bytes failed (status %d)", c->rank, n, rc);
+    /* keep the backend's own message (e.g. MPI's error string) behind ours */
+    if (rc) return sck_err_wrap(SCK_ERR_COMM, "rank %d: allgather of %zu bytes failed (status %d)", c->rank, n, rc);
     return SCK_OK;
 }
 
 int comm_bcast(sck_comm *c, void **buf, size_t *n, int root) {
     int rc = c->ops->bcast(c->ctx, buf, n, root);
-    if (rc) return sck_err(SCK_ERR_COMM, "rank %d: broadcast from rank %d failed (status %d)", c->rank, root, rc);
+    if (rc) return sck_err_wrap(SCK_ERR_COMM, "rank %d: broadcast from rank %d failed (status %d)", c->rank, root, rc);
     return SCK_OK;
 }
 
 int comm_barrier(sck_comm *c) {
     int rc = c->ops->barrier(c->ctx);
-    if (rc) return sck_err(SCK_ERR_COMM, "rank %d: barrier failed (status %d)", c->rank, rc);
+    if (rc) return sck_err_wrap(SCK_ERR_COMM, "rank %d: barrier failed (status %d)", c->rank, rc);
     return SCK_OK;
 }
 

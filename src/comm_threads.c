@@ -15,6 +15,7 @@ typedef struct tgroup {
     unsigned long gen;
     int go;                  /* start gate: 0 wait, 1 run, -1 abandon (a sibling thread failed to start) */
     const void **slot_ptr;   /* per rank: buffer posted for the current collective */
+    int *slot_rc;            /* per rank: local outcome, so one rank's failure fails the collective everywhere */
     size_t *slot_len;
 } tgroup;
 
@@ -56,7 +57,16 @@ static int th_allgatherv(void *vctx, const void *send, size_t n, void **recv, si
             off += g->slot_len[r];
         }
     }
+    g->slot_rc[t->rank] = rc;
     tg_barrier(g); /* senders' buffers must stay valid until everyone has copied */
+    for (int r = 0; r < g->size; r++)
+        if (g->slot_rc[r]) rc = g->slot_rc[r];
+    tg_barrier(g); /* slot_rc is reused by the next collective */
+    if (rc) {
+        free(p);
+        p = NULL;
+        sck_err(rc, "threads backend: a rank ran out of memory in an allgather");
+    }
     *recv = p;
     return rc;
 }
@@ -71,18 +81,26 @@ static int th_bcast(void *vctx, void **buf, size_t *n, int root) {
     }
     tg_barrier(g);
     int rc = SCK_OK;
+    void *p = NULL;
+    size_t len = g->slot_len[root]; /* read now: after the last barrier the root may post the next collective */
     if (t->rank != root) {
-        size_t len = g->slot_len[root];
-        void *p = malloc(len ? len : 1);
-        if (!p) {
-            rc = SCK_ERR_NOMEM;
-        } else {
-            if (len) memcpy(p, g->slot_ptr[root], len);
-            *buf = p;
-            *n = len;
-        }
+        p = malloc(len ? len : 1);
+        if (!p) rc = SCK_ERR_NOMEM;
+        else if (len) memcpy(p, g->slot_ptr[root], len);
     }
+    g->slot_rc[t->rank] = rc;
     tg_barrier(g);
+    for (int r = 0; r < g->size; r++)
+        if (g->slot_rc[r]) rc = g->slot_rc[r];
+    tg_barrier(g);
+    if (rc) {
+        free(p);
+        return sck_err(rc, "threads backend: a rank ran out of memory in a broadcast");
+    }
+    if (t->rank != root) {
+        *buf = p;
+        *n = len;
+    }
     return rc;
 }
 
@@ -124,11 +142,12 @@ int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg)
     g.size = nranks;
     g.slot_ptr = calloc((size_t)nranks, sizeof *g.slot_ptr);
     g.slot_len = calloc((size_t)nranks, sizeof *g.slot_len);
+    g.slot_rc = calloc((size_t)nranks, sizeof *g.slot_rc);
     trun *runs = calloc((size_t)nranks, sizeof *runs);
     pthread_t *tids = calloc((size_t)nranks, sizeof *tids);
     int rc = SCK_OK;
     int nctx = 0;
-    if (!g.slot_ptr || !g.slot_len || !runs || !tids) {
+    if (!g.slot_ptr || !g.slot_len || !g.slot_rc || !runs || !tids) {
         rc = sck_err(SCK_ERR_NOMEM, "sck_threads_run: out of memory for %d ranks", nranks);
         goto out;
     }
@@ -179,6 +198,7 @@ destroy:
 out:
     free(g.slot_ptr);
     free(g.slot_len);
+    free(g.slot_rc);
     free(runs);
     free(tids);
     return rc;

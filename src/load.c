@@ -154,10 +154,13 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
 
 int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts) {
     sck_err_clear();
-    if (!dir || !*dir || !st) return sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
     unsigned flags = opts ? opts->flags : 0;
-    if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY))
-        return sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
+    int bad = SCK_OK;
+    if (!dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
+    else if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY))
+        bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
+    /* A bad argument on one rank must reach the others, which are already in the first collective. */
+    if (bad) return comm ? comm_agree(comm, bad) : bad;
     if (comm) return load_collective(comm, dir, st, flags);
     sck_comm *single = sck_comm_single();
     if (!single) return sck_err(SCK_ERR_NOMEM, "out of memory");

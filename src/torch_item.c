@@ -226,16 +226,18 @@ int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor 
     if (v3) {
         pk_obj *d = args->items[6];
         if (!d || d->kind != PK_GLOBAL || strcmp(d->s, "torch") || sck_dtype_from_name(d->name, &out->dtype)) {
-            pk_arena_free(arena);
-            return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor dtype %s is not supported", what,
-                           d && d->kind == PK_GLOBAL ? d->name : "?");
+            rc = sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor dtype %s is not supported", what,
+                         d && d->kind == PK_GLOBAL ? d->name : "?");
+            pk_arena_free(arena); /* after the message: it names a string in the arena */
+            return rc;
         }
     } else if (untyped) {
         why = "UntypedStorage without a dtype";
         goto bad;
     } else if (sck_dtype_from_storage_name(p[1]->name, &out->dtype)) {
-        pk_arena_free(arena);
-        return sck_err(SCK_ERR_UNSUPPORTED, "%s: storage type torch.%s is not supported", what, p[1]->name);
+        rc = sck_err(SCK_ERR_UNSUPPORTED, "%s: storage type torch.%s is not supported", what, p[1]->name);
+        pk_arena_free(arena); /* after the message: it names a string in the arena */
+        return rc;
     }
     size_t elem = sck_dtype_size(out->dtype);
     if (untyped) out->storage_bytes = (uint64_t)numel;
