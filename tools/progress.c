@@ -60,8 +60,9 @@ static void draw(progress *p, double t, int final) {
     else if (p->done && frac < 1) snprintf(eta, sizeof eta, "ETA %.0fs", el / frac - el);
     char tail[160];
     snprintf(tail, sizeof tail, " %3.0f%%  %s / %s  %s/s  %s", frac * 100, done, total, rate, eta);
-    int width = term_cols() - (int)strlen(p->label) - (int)strlen(tail) - 4;
-    if (width > 50) width = 50;
+    /* a fixed-width bar (room kept for the longest tail) so it does not jump as the numbers change */
+    int width = term_cols() - (int)strlen(p->label) - 60;
+    if (width > 30) width = 30;
     char bar[64];
     int fill = width > 0 ? (int)(frac * width) : 0;
     for (int i = 0; i < width; i++) bar[i] = i < fill ? '=' : i == fill ? '>' : ' ';
