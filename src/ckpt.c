@@ -337,7 +337,7 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
         }
         uint64_t k = end - pos < CHECK_BUF ? end - pos : CHECK_BUF;
         if (known && known_off > pos && known_off - pos < k) k = known_off - pos;
-        if (!buf && !(buf = malloc(CHECK_BUF))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a checksum buffer", what);
+        if (!buf && !(buf = malloc(c->length < CHECK_BUF ? c->length : CHECK_BUF))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a checksum buffer", what);
         if (!(rc = sck_pread_full(fd, buf, (size_t)k, pos, what))) crc = sck_crc32c(crc, buf, (size_t)k);
         pos += k;
     }
@@ -362,7 +362,7 @@ typedef struct run_ctx {
     uint64_t base;          /* absolute offset of the chunk view's element 0 */
     uint8_t *dst;
     uint8_t *win;
-    uint64_t win_off, win_len;
+    uint64_t win_off, win_len, win_cap;  /* win_cap: bytes allocated, at most the item's length */
     uint64_t limit;         /* end of the item window: read-ahead never goes past it */
     size_t elem;
     int swap;
@@ -382,12 +382,12 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
     run_ctx *r = vctx;
     uint64_t abs = r->base + src_off;
     uint8_t *d = r->dst + dst_off;
-    if (nbytes >= DIRECT_RUN || !r->win) {
+    if (nbytes >= DIRECT_RUN || !r->win || nbytes > r->win_cap) {
         int rc = sck_pread_full(r->fd, d, nbytes, abs, r->what);
         if (rc) return rc;
     } else {
         if (abs < r->win_off || abs + nbytes > r->win_off + r->win_len) {
-            uint64_t len = WINDOW_BYTES;
+            uint64_t len = r->win_cap;
             if (len > r->limit - abs) len = r->limit - abs;
             if (len < nbytes) len = nbytes;
             int rc = sck_pread_full(r->fd, r->win, len, abs, r->what);
@@ -453,7 +453,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
         r->verified = 1;
     }
     if (runs.n > 1) {
-        rx.win = malloc(WINDOW_BYTES);
+        /* No bigger than the item: small chunks read often must not cost a 16 MiB buffer each. */
+        rx.win_cap = c->length < WINDOW_BYTES ? c->length : WINDOW_BYTES;
+        rx.win = malloc(rx.win_cap ? rx.win_cap : 1);
         if (!rx.win) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a read window", what);
     }
     rc = box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
