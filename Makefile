@@ -183,7 +183,7 @@ fuzz-smoke: fuzz
 			tail -n 60 $(BUILD)/fuzz/$$t.log; rm -rf $$work; echo "fuzz_$$t FAILED (input saved as $(BUILD)/fuzz/crash-$$t-*)"; exit 1; fi; \
 		grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' $(BUILD)/fuzz/$$t.log | tail -n 2; \
 		echo "   corpus $$(ls $$work | wc -l) inputs"; rm -rf $$work; \
-	done; echo "fuzz-smoke: $(words $(FUZZ_NAMES)) targets, no findings"
+	done; echo "fuzz-smoke: $(words $(FUZZ_NAMES)) passed, 0 failed"
 
 clean:
 	rm -rf build build-asan
