@@ -403,9 +403,10 @@ typedef struct sck_full_opts {
  * Errors (the same on every rank): SCK_ERR_INVALID_ARG (bad options, reserved
  * key, name not valid UTF-8), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE (as sck_save),
  * SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.  On error the
- * temporary files are removed and an existing single file is left as it was;
- * an HF directory is left without an index, so it is never taken for a
- * complete checkpoint.
+ * temporary files are removed and an existing single file is left as it was
+ * (unless only the final fsync of its directory failed: the rename is atomic,
+ * so the file is then the new, complete one); an HF directory is left without
+ * an index, so it is never taken for a complete checkpoint.
  */
 int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const sck_full_opts *opts);
 

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "comm.h"
+#include "fileio.h"
 #include "plan.h"
 #include "save_full.h"
 #include "st_out.h"
@@ -153,12 +154,11 @@ static int write_boxes(const save_plan *p, int rank, const sck_state *st, const 
     }
     for (size_t f = 0; f < L->nfiles; f++) {
         if (fds[f] < 0) continue;
-        if (!rc && do_fsync && fsync(fds[f]) != 0) {
-            st_out_path(L, f, 1, path, sizeof path);
+        st_out_path(L, f, 1, path, sizeof path);
+        if (!rc && do_fsync && io_fsync(fds[f], path) != 0) {
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", path);
         }
-        if (close(fds[f]) != 0 && !rc) {
-            st_out_path(L, f, 1, path, sizeof path);
+        if (io_close(fds[f], path) != 0 && !rc) {
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", path);
         }
     }

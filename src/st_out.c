@@ -142,7 +142,7 @@ int st_out_path(const st_layout *L, size_t i, int tmp, char *buf, size_t cap) {
 void st_out_abort(const st_layout *L) {
     char p[4096];
     for (size_t i = 0; i < L->nfiles; i++)
-        if (st_out_path(L, i, 1, p, sizeof p) == SCK_OK) unlink(p);
+        if (st_out_path(L, i, 1, p, sizeof p) == SCK_OK) io_unlink(p);
 }
 
 int st_out_begin(const st_layout *L, int do_fsync) {
@@ -152,12 +152,12 @@ int st_out_begin(const st_layout *L, int do_fsync) {
         if ((rc = ensure_dir(L->path))) return rc;
         int k = snprintf(p, sizeof p, "%s/%s", L->path, ST_HF_INDEX);
         if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", L->path);
-        if (unlink(p) != 0 && errno != ENOENT) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove the old index", p);
+        if (io_unlink(p) != 0 && errno != ENOENT) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove the old index", p);
         if (do_fsync && (rc = fsync_dir(L->path))) return rc;
     }
     for (size_t i = 0; i < L->nfiles && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, p, sizeof p))) break;
-        int fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = io_open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (fd < 0) {
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot create", p);
             break;
@@ -166,7 +166,7 @@ int st_out_begin(const st_layout *L, int do_fsync) {
         rc = sck_pwrite_full(fd, f->header.data, f->header.len, 0, p);
         if (!rc && ftruncate(fd, (off_t)f->size) != 0)
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot size to %llu bytes", p, (unsigned long long)f->size);
-        if (close(fd) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", p);
+        if (io_close(fd, p) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", p);
     }
     if (rc) st_out_abort(L);
     return rc;
@@ -176,7 +176,7 @@ int st_out_open(const st_layout *L, size_t i, int *fd) {
     char p[4096];
     int rc = st_out_path(L, i, 1, p, sizeof p);
     if (rc) return rc;
-    *fd = open(p, O_WRONLY | O_CLOEXEC);
+    *fd = io_open(p, O_WRONLY | O_CLOEXEC, 0);
     if (*fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open for writing", p);
     return SCK_OK;
 }
@@ -231,7 +231,7 @@ static void remove_stale_shards(const st_layout *L) {
         unsigned of;
         if (!is_shard_name(de->d_name, &of) || of == L->nfiles) continue;
         int k = snprintf(p, sizeof p, "%s/%s", L->path, de->d_name);
-        if (k > 0 && (size_t)k < sizeof p) unlink(p);
+        if (k > 0 && (size_t)k < sizeof p) io_unlink(p);
     }
     closedir(d);
 }
@@ -242,14 +242,14 @@ static int write_index(const char *dir, const sck_buf *idx, int do_fsync) {
     int k1 = snprintf(tmp, sizeof tmp, "%s/%s.tmp", dir, ST_HF_INDEX), k2 = snprintf(dst, sizeof dst, "%s/%s", dir, ST_HF_INDEX);
     if (k1 < 0 || k2 < 0 || (size_t)k1 >= sizeof tmp || (size_t)k2 >= sizeof dst)
         return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int fd = io_open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot create", tmp);
     int rc = sck_pwrite_full(fd, idx->data, idx->len, 0, tmp);
-    if (!rc && do_fsync && fsync(fd) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", tmp);
-    if (close(fd) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", tmp);
-    if (!rc && rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
+    if (!rc && do_fsync && io_fsync(fd, tmp) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", tmp);
+    if (io_close(fd, tmp) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", tmp);
+    if (!rc && io_rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
     if (rc) {
-        unlink(tmp);
+        io_unlink(tmp);
         return rc;
     }
     return do_fsync ? fsync_dir(dir) : SCK_OK;
@@ -260,16 +260,16 @@ int st_out_commit(const st_layout *L, int do_fsync) {
     int rc = SCK_OK;
     for (size_t i = 0; i < L->nfiles && do_fsync && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, tmp, sizeof tmp))) break;
-        int fd = open(tmp, O_WRONLY | O_CLOEXEC);
+        int fd = io_open(tmp, O_WRONLY | O_CLOEXEC, 0);
         if (fd < 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", tmp);
         else {
-            if (fsync(fd) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", tmp);
-            close(fd);
+            if (io_fsync(fd, tmp) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", tmp);
+            if (io_close(fd, tmp) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", tmp);
         }
     }
     for (size_t i = 0; i < L->nfiles && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, tmp, sizeof tmp)) || (rc = st_out_path(L, i, 0, dst, sizeof dst))) break;
-        if (rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
+        if (io_rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
     }
     if (rc) {
         st_out_abort(L);

@@ -3,6 +3,7 @@
  * parser and raw preads, loaded back into other shardings, errors agreed across ranks, and the
  * load path reading only each rank's slice. */
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,7 @@
 
 #include "box.h"
 #include "harness.h"
+#include "io_hook.h"
 #include "safetensors.h"
 #include "save_full.h"
 #include "st_out.h"
@@ -546,6 +548,104 @@ TEST(full_save_errors_are_agreed_and_leave_no_files) {
     CHECK_ERR(sck_save_full(NULL, c.path, st, &o), SCK_ERR_INVALID_ARG, "reserved field 2");
     CHECK_ERR(sck_save_full(NULL, "", st, NULL), SCK_ERR_INVALID_ARG, "empty path");
     sck_state_free(st);
+}
+
+/* Every file-system call of a 3-rank full save fails in turn (through io_hook): each failure is
+ * reported identically on every rank, the old file stays as it was and no temporary file is left. */
+typedef struct io_fail {
+    long target, seen;
+    char failed_path[4096];
+} io_fail;
+
+static int fail_nth(void *ctx, io_kind kind, const char *path) {
+    io_fail *f = ctx;
+    int hit = __atomic_fetch_add(&f->seen, 1, __ATOMIC_SEQ_CST) == f->target;
+    if (hit && getenv("SCK_DEBUG_IO")) fprintf(stderr, "  failing %s %s\n", io_kind_name(kind), path);
+    if (hit) snprintf(f->failed_path, sizeof f->failed_path, "%s", path ? path : "");
+    return hit ? EIO : 0;
+}
+
+TEST(full_save_every_io_call_failing_is_agreed) {
+    make_ftensors();
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s", fpath("io.safetensors"));
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    fjob j;
+    memset(&j, 0, sizeof j);
+    j.path = path;
+    j.style = DIM0;
+    j.nt = FT;
+    j.with_values = 1;
+    io_fail count = {-1, 0, ""};
+    io_hook_set(fail_nth, &count);
+    int rc = sck_threads_run(3, full_save_rank, &j);
+    io_hook_set(NULL, NULL);
+    REQUIRE_OK(rc);
+    REQUIRE(count.seen > 8);
+    for (long k = 0; k < count.seen; k++) {
+        FILE *f = fopen(path, "w");
+        REQUIRE(f != NULL);
+        fputs("old", f);
+        fclose(f);
+        memset(&j, 0, sizeof j);
+        j.path = path;
+        j.style = DIM0;
+        j.nt = FT;
+        j.with_values = 1;
+        io_fail fail = {k, 0, ""};
+        io_hook_set(fail_nth, &fail);
+        rc = sck_threads_run(3, full_save_rank, &j);
+        io_hook_set(NULL, NULL);
+        if (rc != SCK_ERR_IO) fprintf(stderr, "  I/O call %ld of %ld failing gave %d\n", k, count.seen, rc);
+        CHECK(rc == SCK_ERR_IO);
+        check_agreed(&j, 3, SCK_ERR_IO, "Input/output error");
+        CHECK(access(tmp, F_OK) != 0);
+        if (!strcmp(fail.failed_path, th_tmpdir())) {
+            /* the directory fsync after the atomic rename: the new file is in place and complete */
+            int bad = 0;
+            CHECK(check_file_tensors(path, &bad) == FT && bad == 0);
+            continue;
+        }
+        uint8_t *d;
+        size_t n;
+        REQUIRE_OK(sck_read_file(path, &d, &n));
+        CHECK(n == 3 && !memcmp(d, "old", 3));
+        free(d);
+    }
+}
+
+TEST(full_save_hf_every_io_call_failing_leaves_no_index_or_a_whole_one) {
+    make_ftensors();
+    char dir[4096], idx[4200];
+    snprintf(dir, sizeof dir, "%s", fpath("hf_io"));
+    snprintf(idx, sizeof idx, "%s/model.safetensors.index.json", dir);
+    fjob j;
+    memset(&j, 0, sizeof j);
+    j.path = dir;
+    j.style = FLATR;
+    j.nt = FT;
+    j.opts.format = SCK_FULL_HF_SHARDED;
+    j.opts.max_shard_bytes = 200;
+    io_fail count = {-1, 0, ""};
+    io_hook_set(fail_nth, &count);
+    int rc = sck_threads_run(2, full_save_rank, &j);
+    io_hook_set(NULL, NULL);
+    REQUIRE_OK(rc);
+    int failed = 0;
+    for (long k = 0; k < count.seen; k++) {
+        io_fail fail = {k, 0, ""};
+        io_hook_set(fail_nth, &fail);
+        rc = sck_threads_run(2, full_save_rank, &j);
+        io_hook_set(NULL, NULL);
+        failed += rc != SCK_OK;
+        CHECK(rc == SCK_OK || rc == SCK_ERR_IO);
+        if (rc) check_agreed(&j, 2, SCK_ERR_IO, "Input/output error");
+        CHECK(count_dir(dir, ".tmp") == 0);
+        /* the index is the commit marker: absent, or naming complete shards */
+        if (access(idx, F_OK) == 0) check_hf_dir(dir, 200, 5, FT);
+        else CHECK(rc != SCK_OK);
+    }
+    CHECK(failed >= count.seen - 5); /* only best-effort cleanups may fail silently */
 }
 
 TEST(full_save_empty_state_writes_a_valid_file) {
