@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt_fixture.h"
 #include "harness.h"
@@ -131,4 +133,81 @@ TEST(faults_first_save_leaves_nothing) {
     CHECK(fx_count_siblings(dir) == 0);
     CHECK(fx_load_version(dir, 0) == -1);
     CHECK(strstr(sck_last_error(), "cannot open checkpoint") != NULL);
+}
+
+/* ---- the commit protocol's edges ---- */
+
+TEST(commit_refuses_to_replace_a_directory_holding_other_files) {
+    char dir[4096], p[4200];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    REQUIRE(mkdir(dir, 0755) == 0);
+    snprintf(p, sizeof p, "%s/notes.txt", dir);
+    REQUIRE(fx_write(p, "keep me", 7) == 0);
+    CHECK_ERR(fx_save(dir, 2, 0, 0, NULL, NULL), SCK_ERR_INVALID_ARG, "holds 'notes.txt', which is not part of a checkpoint");
+    CHECK(access(p, F_OK) == 0);
+    CHECK(fx_count_siblings(dir) == 0);
+    /* an empty directory, or an earlier checkpoint, is replaced */
+    REQUIRE(unlink(p) == 0);
+    CHECK_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
+    CHECK_OK(fx_save(dir, 3, 1, 0, NULL, NULL));
+    CHECK(fx_load_version(dir, 0) == 1);
+    snprintf(p, sizeof p, "%s/__2_0.distcp", dir);
+    CHECK(access(p, F_OK) == 0);
+    CHECK_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
+    CHECK(access(p, F_OK) != 0); /* no stale file of the 3-rank save */
+}
+
+TEST(commit_through_a_symlink_replaces_the_target_and_keeps_the_link) {
+    char target[4096], link[4096];
+    snprintf(target, sizeof target, "%s/real", th_tmpdir());
+    snprintf(link, sizeof link, "%s/ck", th_tmpdir());
+    REQUIRE(mkdir(target, 0755) == 0);
+    REQUIRE(symlink(target, link) == 0);
+    REQUIRE_OK(fx_save(link, 2, 0, 0, NULL, NULL));
+    REQUIRE_OK(fx_save(link, 2, 1, 0, NULL, NULL));
+    struct stat sb;
+    CHECK(lstat(link, &sb) == 0 && S_ISLNK(sb.st_mode));
+    CHECK(fx_load_version(link, 0) == 1);
+    CHECK(fx_load_version(target, 0) == 1);
+    CHECK(fx_count_siblings(target) == 0);
+}
+
+TEST(commit_next_save_removes_leftovers_but_not_lookalikes) {
+    char dir[4096], p[4200];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    const char *names[] = {"ck.tmp-0123456789abcdef", "ck.old-fedcba9876543210", "ck.tmp-mine", "ck.old-0123"};
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/%s", th_tmpdir(), names[k]);
+        REQUIRE(mkdir(p, 0755) == 0);
+        snprintf(p, sizeof p, "%s/%s/__0_0.distcp", th_tmpdir(), names[k]);
+        REQUIRE(fx_write(p, "x", 1) == 0);
+    }
+    CHECK_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
+    for (int k = 0; k < 4; k++) {
+        snprintf(p, sizeof p, "%s/%s", th_tmpdir(), names[k]);
+        CHECK((access(p, F_OK) == 0) == (k >= 2)); /* only names with a 16-hex-digit id are ours */
+    }
+    CHECK(fx_load_version(dir, 0) == 0);
+}
+
+TEST(commit_interrupted_fallback_swap_reads_and_recovers) {
+    /* The state a crash between the fallback's two renames leaves: dir missing, dir.old-<id> old. */
+    char dir[4096], old[4200], tmp[4200];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    snprintf(old, sizeof old, "%s.old-00000000000000aa", dir);
+    snprintf(tmp, sizeof tmp, "%s.tmp-00000000000000aa", dir);
+    char other[4200];
+    snprintf(other, sizeof other, "%s/other", th_tmpdir());
+    REQUIRE_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
+    REQUIRE_OK(fx_save(other, 2, 1, 0, NULL, NULL));
+    REQUIRE(rename(dir, old) == 0);               /* the old one */
+    REQUIRE(rename(other, tmp) == 0);             /* the new one, complete */
+    CHECK(fx_load_version(dir, 0) == 1);          /* readers take the complete new one */
+    char meta[4300];
+    snprintf(meta, sizeof meta, "%s/.metadata", tmp);
+    REQUIRE(unlink(meta) == 0);                   /* now the new one is incomplete */
+    CHECK(fx_load_version(dir, 0) == 0);          /* readers fall back to the old one */
+    CHECK_OK(fx_save(dir, 2, 1, 0, NULL, NULL));  /* the next save restores dir, then replaces it */
+    CHECK(fx_load_version(dir, 0) == 1);
+    CHECK(fx_count_siblings(dir) == 0);
 }
