@@ -31,17 +31,31 @@ static void write_file(const char *name, const uint8_t *p, size_t n) {
     fclose(f);
 }
 
+static void remove_files(void) {
+    char name[512];
+    for (int k = 0; k < MAX_FILES; k++) {
+        snprintf(name, sizeof name, "%s/__%d_0.distcp", g_dir, k);
+        unlink(name);
+    }
+}
+
+static void remove_dir(void) {
+    char name[512];
+    remove_files();
+    snprintf(name, sizeof name, "%s/.metadata", g_dir);
+    unlink(name);
+    rmdir(g_dir);
+}
+
 static void build_dir(const uint8_t *data, size_t size) {
     if (!g_dir[0]) {
         const char *base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
         snprintf(g_dir, sizeof g_dir, "%s/fuzz_ckpt.%d", base, (int)getpid());
         mkdir(g_dir, 0755);
+        atexit(remove_dir);
     }
     char name[32];
-    for (int k = 0; k < MAX_FILES; k++) {
-        snprintf(name, sizeof name, "%s/__%d_0.distcp", g_dir, k);
-        unlink(name);
-    }
+    remove_files();
     const uint8_t *p = data, *end = data + size;
     for (int k = -1; k < MAX_FILES; k++) {
         const uint8_t *q = memmem(p, (size_t)(end - p), SEP, 8);
