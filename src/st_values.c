@@ -90,6 +90,12 @@ static int add_index_values(const char *dir, sck_value *out) {
         int k = snprintf(fp, sizeof fp, "%s/%s", dir, f);
         rc = k < 0 || (size_t)k >= sizeof fp ? sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir) : add_file_values(fp, out);
     }
+    /* no tensors: a full save still wrote one shard, holding the values */
+    if (!rc && sck_value_len(wm) == 0) {
+        char fp[4096];
+        snprintf(fp, sizeof fp, "%s/model-00001-of-00001.safetensors", dir);
+        if (access(fp, F_OK) == 0) rc = add_file_values(fp, out);
+    }
     sck_value_free(idx);
     return rc;
 }

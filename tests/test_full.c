@@ -648,6 +648,22 @@ TEST(full_save_hf_every_io_call_failing_leaves_no_index_or_a_whole_one) {
     CHECK(failed >= count.seen - 5); /* only best-effort cleanups may fail silently */
 }
 
+TEST(full_save_hf_values_only) {
+    fjob j;
+    memset(&j, 0, sizeof j);
+    j.path = fpath("hf_vals");
+    j.nt = 0;
+    j.with_values = 1;
+    j.opts.format = SCK_FULL_HF_SHARDED;
+    REQUIRE_OK(sck_threads_run(2, full_save_rank, &j));
+    check_hf_dir(j.path, ST_HF_DEFAULT_SHARD, 1, 0);
+    sck_value *vals = NULL;
+    REQUIRE_OK(st_read_values(j.path, &vals));
+    CHECK(sck_value_len(vals) == 3);
+    CHECK(sck_value_get_int(sck_value_dict_get(vals, "other.epoch")) == 3);
+    sck_value_free(vals);
+}
+
 TEST(full_save_empty_state_writes_a_valid_file) {
     sck_state *st = sck_state_new();
     const char *p = fpath("empty.safetensors");
