@@ -137,6 +137,16 @@ static int strip_ids(uint8_t *all, size_t *counts, int nranks, char *id) {
     return SCK_OK;
 }
 
+/* A rank that cannot even start still takes part in the three collectives of save_collective, so its
+ * peers learn the error instead of waiting forever.  Only the first carries the error: the others
+ * contribute OK, which leaves the agreed message intact. */
+static int fail_collectively(sck_comm *comm, int err) {
+    int rc = comm_agree(comm, err);
+    comm_agree(comm, SCK_OK);
+    comm_agree(comm, SCK_OK);
+    return rc;
+}
+
 static int save_collective(sck_comm *comm, const char *dir, const sck_state *st, int do_fsync) {
     int rank = comm->rank;
     int local = SCK_OK, tmp_made = 0;
@@ -160,10 +170,7 @@ static int save_collective(sck_comm *comm, const char *dir, const sck_state *st,
     if (!counts) {
         /* Take part in all three collectives regardless, so peers never hang. */
         sck_buf_free(&mine);
-        local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
-        int rc = comm_agree(comm, local);
-        rc = comm_agree(comm, rc ? rc : local);
-        rc = comm_agree(comm, rc ? rc : local);
+        int rc = fail_collectively(comm, sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank));
         if (tmp_made) commit_abort(&cm);
         commit_free(&cm);
         return rc;
@@ -223,8 +230,10 @@ static int save_collective(sck_comm *comm, const char *dir, const sck_state *st,
 
 int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts) {
     sck_err_clear();
-    if (!dir || !*dir || !st) return sck_err(SCK_ERR_INVALID_ARG, "sck_save: NULL or empty directory or state");
-    if (opts && opts->flags & ~SCK_SAVE_NO_FSYNC) return sck_err(SCK_ERR_INVALID_ARG, "sck_save: unknown flags 0x%x", opts->flags);
+    int bad = SCK_OK;
+    if (!dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save: NULL or empty directory or state");
+    else if (opts && opts->flags & ~SCK_SAVE_NO_FSYNC) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save: unknown flags 0x%x", opts->flags);
+    if (bad) return comm ? fail_collectively(comm, bad) : bad;
     int do_fsync = !(opts && (opts->flags & SCK_SAVE_NO_FSYNC));
     if (comm) return save_collective(comm, dir, st, do_fsync);
     sck_comm *single = sck_comm_single();

@@ -546,3 +546,23 @@ TEST(empty_tensors_and_thousands_of_small_tensors) {
     CHECK(bad == 0);
     sck_state_free(st);
 }
+
+static int bad_arg_on_one_rank(sck_comm *comm, void *arg) {
+    const char *dir = arg;
+    int r = sck_comm_rank(comm);
+    float d[2] = {1, 2};
+    int64_t shape[1] = {2};
+    sck_state *st = sck_state_new();
+    sck_state_add_replicated(st, "w", SCK_F32, 1, shape, d);
+    int rc1 = sck_save(comm, dir, r == 1 ? NULL : st, NULL);
+    /* a load with a bad flag on rank 2 only */
+    sck_load_opts o = {r == 2 ? 0x80u : 0u, {0}};
+    int rc2 = sck_load(comm, dir, st, &o);
+    sck_state_free(st);
+    if (rc1 != SCK_ERR_INVALID_ARG || !strstr(sck_last_error(), "unknown flags")) return SCK_ERR_MISMATCH;
+    return rc2 == SCK_ERR_INVALID_ARG ? SCK_OK : SCK_ERR_MISMATCH;
+}
+
+TEST(bad_arguments_on_one_rank_fail_every_rank_without_hanging) {
+    CHECK_OK(sck_threads_run(3, bad_arg_on_one_rank, (void *)subdir("ckbad")));
+}
