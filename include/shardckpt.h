@@ -295,12 +295,32 @@ size_t sck_state_unexpected(const sck_state *st, const char *const **keys);
 typedef struct sck_save_opts {
     /** Bit set of SCK_SAVE_* flags. */
     unsigned flags;
+    /** Size in MiB of each of the two staging buffers a rank's writer uses
+     *  (0: 64).  Headers and tensor pieces under 256 KiB are copied into
+     *  them (with SCK_SAVE_DIRECT_IO, unaligned data too); larger pieces are
+     *  written straight from the caller's buffers.  This bounds the extra
+     *  memory of sck_save to about 2 x staging_mib per rank. */
+    unsigned staging_mib;
     /** Reserved, must be 0. */
-    unsigned reserved[7];
+    unsigned reserved[6];
 } sck_save_opts;
 
-/** fsync data files, `.metadata` and the directory (default on). */
+/** The fsync policy.  By default every rank fsyncs its data file, and rank 0
+ *  fsyncs `.metadata` and the directories it creates and renames, before
+ *  sck_save returns.  This flag skips every fsync (data files and
+ *  directories): faster, but a crash may then leave a checkpoint that
+ *  fails its checksums or is missing. */
 #define SCK_SAVE_NO_FSYNC 0x1u
+/** Write data files with O_DIRECT, bypassing the page cache (falls back to
+ *  buffered writes where the file system refuses it).  Tensor data that is
+ *  4 KiB aligned in memory is written from the caller's buffers; the rest is
+ *  copied through the staging buffers.  Without it, writes are buffered and
+ *  writeback is streamed behind the writer, so the final fsync is short and
+ *  the page cache does not fill up with checkpoint data. */
+#define SCK_SAVE_DIRECT_IO 0x2u
+/** sck_save_async only: do not copy tensor data; the caller promises not to
+ *  modify (or free) any tensor buffer of the state until sck_wait returns. */
+#define SCK_SAVE_NO_COPY 0x4u
 
 /**
  * Saves the state of every rank of `comm` into directory `dir` (created if
@@ -324,6 +344,51 @@ typedef struct sck_save_opts {
  * SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
  */
 int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
+
+/**
+ * Asynchronous save: a handle that runs one save at a time in the
+ * background.  Create it once and reuse it for every checkpoint: it keeps
+ * its snapshot memory between saves.  Returns NULL when out of memory.
+ */
+typedef struct sck_async sck_async;
+sck_async *sck_async_new(void);
+/** Frees the handle and its snapshot memory.  If a save is still pending
+ *  (sck_wait not called), waits for this rank's file writing and abandons
+ *  the save: nothing is published, and the next save into the same `dir`
+ *  removes what it left.  NULL is allowed. */
+void sck_async_free(sck_async *a);
+
+/**
+ * Starts saving `st` like sck_save (same arguments, checks, atomicity and
+ * errors) and returns once this rank's part is snapshotted: the plan is
+ * agreed across ranks, blobs and values are encoded, and every tensor piece
+ * this rank writes is copied into the handle's snapshot memory (not copied
+ * with SCK_SAVE_NO_COPY).  The data file is written by a background thread
+ * while the caller goes on; sck_wait finishes the save.  After a successful
+ * return the caller may modify its tensors and free `st` (with
+ * SCK_SAVE_NO_COPY: tensor buffers must stay unchanged until sck_wait).
+ *
+ * Collective, and so is sck_wait.  Rule for the communicator: the library
+ * uses `comm` only inside sck_save_async and sck_wait, in the calling
+ * thread; the background thread never touches it, so the caller may use
+ * `comm` for its own collectives in between.  Every rank must call
+ * sck_wait before the next sck_save_async on the same handle.
+ *
+ * Returns the status agreed by every rank in the plan exchange (as
+ * sck_save).  On error no save is pending.  Errors found later (out of
+ * memory for the snapshot, I/O, commit) are returned by sck_wait.
+ * Also SCK_ERR_INVALID_ARG: a save is already pending on `a`.
+ */
+int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
+
+/**
+ * Waits for the pending save of `a`, then completes it collectively (offsets
+ * and checksums gathered, rank 0 writes `.metadata` and commits).  Returns
+ * the save's status, the same on every rank (errors as sck_save).  With no
+ * save pending it returns SCK_OK at once.  The handle can then start the
+ * next save.
+ */
+int sck_wait(sck_async *a);
 
 typedef struct sck_load_opts {
     /** Bit set of SCK_LOAD_* flags. */

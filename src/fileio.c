@@ -79,7 +79,7 @@ int io_rmdir(const char *path) {
 }
 
 /* pwrite looping over short writes; one hook call per request. */
-static int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
+int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
     if (hooked(IO_PWRITE, path)) return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %zu bytes at offset %llu failed", path, n, (unsigned long long)off);
     const uint8_t *p = buf;
     while (n > 0) {

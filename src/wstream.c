@@ -101,7 +101,7 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         int rc = SCK_OK;
         if (!skip) {
-            rc = sck_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
+            rc = io_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
             if (!rc) {
                 w->written = op.off + op.len;
                 rc = stream_writeback(w);

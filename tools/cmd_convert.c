@@ -145,7 +145,7 @@ static int conv_rank(sck_comm *comm, void *arg) {
     rc = sck_comm_agree(comm, rc);
     if (!rc && rank == 0) progress_label(c->pg, "writing");
     if (!rc && c->to == TO_DCP) {
-        sck_save_opts so = {c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC, {0}};
+        sck_save_opts so = {c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC, 0, {0}};
         rc = sck_save(comm, c->dst, st, &so);
     } else if (!rc) {
         sck_full_opts fo = {c->to == TO_HF ? SCK_FULL_HF_SHARDED : SCK_FULL_SAFETENSORS, c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC,

@@ -1,0 +1,77 @@
+/* save_async.c - sck_save_async / sck_wait: save_begin (plan exchange, snapshot) in the caller's thread,
+ * save_write on a background thread, save_finish (the remaining collectives and the commit) in
+ * sck_wait.  The communicator is only ever used by the caller's thread (see save_job.h). */
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "comm.h"
+#include "save_job.h"
+
+struct sck_async {
+    save_job job;
+    save_snapshot snap;
+    sck_comm *single;       /* our own one-rank communicator when the caller passed NULL */
+    pthread_t th;
+    int pending;            /* save_begin succeeded, sck_wait not called yet */
+    int thread_running;
+};
+
+sck_async *sck_async_new(void) { return calloc(1, sizeof(sck_async)); }
+
+static void *writer_thread(void *arg) {
+    save_write(&((sck_async *)arg)->job);
+    return NULL;
+}
+
+/* Joins the background writer, if any. */
+static void join_writer(sck_async *a) {
+    if (a->thread_running) pthread_join(a->th, NULL);
+    a->thread_running = 0;
+}
+
+void sck_async_free(sck_async *a) {
+    if (!a) return;
+    if (a->pending) {
+        join_writer(a);
+        save_free_items(&a->job);
+        plan_free(&a->job.plan);
+        commit_free(&a->job.cm); /* the temporary directory stays; the next save into dir removes it */
+    }
+    sck_comm_free(a->single);
+    if (a->snap.mem) munmap(a->snap.mem, a->snap.cap);
+    free(a);
+}
+
+#define ASYNC_FLAGS (SCK_SAVE_NO_FSYNC | SCK_SAVE_DIRECT_IO | SCK_SAVE_NO_COPY)
+
+int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts) {
+    sck_err_clear();
+    int bad = SCK_OK;
+    unsigned flags = opts ? opts->flags : 0;
+    if (!a || !dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: NULL handle, directory or state, or empty directory");
+    else if (flags & ~ASYNC_FLAGS) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: unknown flags 0x%x", flags);
+    else if (a->pending) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: a save is already pending on this handle; call sck_wait first");
+    if (bad) return comm ? save_fail_collectively(comm, bad) : bad;
+    if (!comm) {
+        if (!a->single && !(a->single = sck_comm_single())) return sck_err(SCK_ERR_NOMEM, "out of memory");
+        comm = a->single;
+    }
+    save_snapshot *snap = flags & SCK_SAVE_NO_COPY ? NULL : &a->snap;
+    int rc = save_begin(&a->job, comm, dir, st, flags, opts ? opts->staging_mib : 0, snap);
+    if (rc) return rc;
+    a->pending = 1;
+    /* A thread that cannot start: write in the caller's thread instead (still correct, just not async). */
+    if (!a->job.local && pthread_create(&a->th, NULL, writer_thread, a) == 0) a->thread_running = 1;
+    else save_write(&a->job);
+    return SCK_OK;
+}
+
+int sck_wait(sck_async *a) {
+    sck_err_clear();
+    if (!a || !a->pending) return SCK_OK;
+    join_writer(a);
+    a->pending = 0;
+    return save_finish(&a->job);
+}

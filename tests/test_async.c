@@ -1,0 +1,324 @@
+/* test_async.c - sck_save_async / sck_wait (snapshot and no-copy modes, the communicator between the
+ * two, errors from the background writer, misuse), and the save engine's options: staging size,
+ * O_DIRECT, 4 KiB payload alignment in the file. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "ckpt_fixture.h"
+#include "harness.h"
+#include "io_hook.h"
+#include "zip.h"
+
+#define RANKS 3
+#define ROWS 96               /* 32 rows a rank */
+#define COLS 4096             /* a rank's piece of "big": 32 x 4096 x 4 = 512 KiB, over the by-reference size */
+#define SMALL 1000            /* "small": 1000 floats */
+
+/* One test's global tensors; rank r owns rows [32r, 32r+32) of big and a third of small. */
+typedef struct world {
+    float *big, *small;       /* the caller's live buffers */
+    float *big0, *small0;     /* what was saved */
+    const char *dir;
+    unsigned flags;
+    unsigned staging_mib;
+    sck_async *h[RANKS];
+    int rc_async[RANKS], rc_wait[RANKS];
+    char msg[RANKS][512];
+    int mutate;               /* overwrite the buffers between sck_save_async and sck_wait */
+    int talk;                 /* use the communicator between sck_save_async and sck_wait */
+    int talk_rc[RANKS];
+    int twice;                /* call sck_save_async a second time before sck_wait */
+    int twice_rc[RANKS];
+    char twice_msg[RANKS][512];
+} world;
+
+static void world_init(world *w, const char *dir) {
+    memset(w, 0, sizeof *w);
+    w->dir = dir;
+    size_t nb = (size_t)ROWS * COLS;
+    w->big = mmap(NULL, nb * 4, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0); /* page-aligned */
+    w->big0 = malloc(nb * 4);
+    w->small = malloc(SMALL * 4);
+    w->small0 = malloc(SMALL * 4);
+    th_fill(w->big, nb * 4, 21);
+    th_fill(w->small, SMALL * 4, 22);
+    memcpy(w->big0, w->big, nb * 4);
+    memcpy(w->small0, w->small, SMALL * 4);
+    for (int r = 0; r < RANKS; r++) w->h[r] = sck_async_new();
+}
+
+static void world_free(world *w) {
+    munmap(w->big, (size_t)ROWS * COLS * 4);
+    free(w->big0);
+    free(w->small);
+    free(w->small0);
+    for (int r = 0; r < RANKS; r++) sck_async_free(w->h[r]);
+}
+
+static sck_state *rank_state(world *w, int r) {
+    sck_state *st = sck_state_new();
+    int64_t bs[2] = {ROWS, COLS}, bo[2] = {32 * r, 0}, bz[2] = {32, COLS};
+    int64_t ss[1] = {SMALL};
+    int64_t lo = SMALL * r / RANKS, hi = SMALL * (r + 1) / RANKS;
+    sck_state_add_box(st, "model.big", SCK_F32, 2, bs, bo, bz, w->big + (size_t)32 * r * COLS);
+    sck_state_add_flat(st, "model.small", SCK_F32, 1, ss, lo, hi - lo, w->small + lo);
+    sck_state_add_value(st, "other.step", sck_value_int(7));
+    return st;
+}
+
+static int async_rank(sck_comm *c, void *arg) {
+    world *w = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = rank_state(w, r);
+    sck_save_opts o = {w->flags, w->staging_mib, {0}};
+    w->rc_async[r] = sck_save_async(w->h[r], c, w->dir, st, &o);
+    sck_state_free(st); /* allowed right away */
+    if (w->twice) {
+        sck_state *st2 = rank_state(w, r);
+        w->twice_rc[r] = sck_save_async(w->h[r], c, w->dir, st2, &o);
+        snprintf(w->twice_msg[r], sizeof w->twice_msg[r], "%s", sck_last_error());
+        sck_state_free(st2);
+    }
+    if (w->mutate && !(w->flags & SCK_SAVE_NO_COPY)) { /* each rank overwrites its own rows at once */
+        memset(w->big + (size_t)32 * r * COLS, 0xab, (size_t)32 * COLS * 4);
+        int64_t lo = SMALL * r / RANKS, hi = SMALL * (r + 1) / RANKS;
+        memset(w->small + lo, 0xcd, (size_t)(hi - lo) * 4);
+    }
+    if (w->talk) w->talk_rc[r] = sck_comm_agree(c, SCK_OK); /* the caller's own collective in between */
+    w->rc_wait[r] = sck_wait(w->h[r]);
+    snprintf(w->msg[r], sizeof w->msg[r], "%s", sck_last_error());
+    return w->rc_wait[r];
+}
+
+/* Loads dir on one rank and compares with what was saved. */
+static int load_matches(world *w) {
+    size_t nb = (size_t)ROWS * COLS;
+    float *big = calloc(nb, 4), *small = calloc(SMALL, 4);
+    sck_state *st = sck_state_new();
+    int64_t bs[2] = {ROWS, COLS}, z[2] = {0, 0}, ss[1] = {SMALL};
+    sck_state_add_box(st, "model.big", SCK_F32, 2, bs, z, bs, big);
+    sck_state_add_box(st, "model.small", SCK_F32, 1, ss, z, ss, small);
+    sck_state_add_value(st, "other.step", NULL);
+    int rc = sck_load(NULL, w->dir, st, NULL);
+    const sck_value *v = sck_state_value(st, "other.step");
+    int ok = rc == SCK_OK && !memcmp(big, w->big0, nb * 4) && !memcmp(small, w->small0, SMALL * 4) && v &&
+             sck_value_get_int(v) == 7;
+    sck_state_free(st);
+    free(big);
+    free(small);
+    return ok;
+}
+
+static void run(world *w) { sck_threads_run(RANKS, async_rank, w); }
+
+TEST(async_snapshot_lets_caller_modify_buffers_before_wait) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    w.mutate = 1;
+    w.talk = 1;
+    run(&w);
+    for (int r = 0; r < RANKS; r++) {
+        CHECK_OK(w.rc_async[r]);
+        CHECK_OK(w.rc_wait[r]);
+        CHECK_OK(w.talk_rc[r]);
+    }
+    CHECK(load_matches(&w)); /* the bytes at sck_save_async time, not the overwritten ones */
+    /* The handles are reusable: a second checkpoint of the current bytes replaces the first. */
+    memcpy(w.big0, w.big, (size_t)ROWS * COLS * 4);
+    memcpy(w.small0, w.small, SMALL * 4);
+    w.mutate = 0;
+    run(&w);
+    for (int r = 0; r < RANKS; r++) CHECK_OK(w.rc_wait[r]);
+    CHECK(load_matches(&w));
+    world_free(&w);
+}
+
+TEST(async_no_copy_writes_from_caller_buffers) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    w.flags = SCK_SAVE_NO_COPY;
+    run(&w);
+    for (int r = 0; r < RANKS; r++) CHECK_OK(w.rc_wait[r]);
+    CHECK(load_matches(&w));
+    world_free(&w);
+}
+
+TEST(async_second_start_before_wait_is_refused_everywhere) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    w.twice = 1;
+    run(&w);
+    for (int r = 0; r < RANKS; r++) {
+        CHECK_OK(w.rc_async[r]);
+        CHECK(w.twice_rc[r] == SCK_ERR_INVALID_ARG);
+        CHECK(strstr(w.twice_msg[r], "already pending") != NULL);
+        CHECK_OK(w.rc_wait[r]); /* the first save still completes */
+    }
+    CHECK(load_matches(&w));
+    world_free(&w);
+}
+
+TEST(async_wait_without_save_and_bad_flags) {
+    sck_async *a = sck_async_new();
+    REQUIRE(a);
+    CHECK_OK(sck_wait(a));
+    sck_state *st = sck_state_new();
+    sck_save_opts o = {0x100, 0, {0}};
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    CHECK_ERR(sck_save_async(a, NULL, dir, st, &o), SCK_ERR_INVALID_ARG, "unknown flags 0x100");
+    CHECK_ERR(sck_save_async(NULL, NULL, dir, st, NULL), SCK_ERR_INVALID_ARG, "NULL handle");
+    CHECK_OK(sck_wait(a)); /* nothing pending after a refused start */
+    /* One rank with a single comm of its own: save and wait, then load. */
+    float x[3] = {1, 2, 3}, y[3] = {0};
+    int64_t s[1] = {3};
+    sck_state_add_replicated(st, "x", SCK_F32, 1, s, x);
+    CHECK_OK(sck_save_async(a, NULL, dir, st, NULL));
+    x[0] = 99;
+    CHECK_OK(sck_wait(a));
+    sck_state *ld = sck_state_new();
+    sck_state_add_replicated(ld, "x", SCK_F32, 1, s, y);
+    CHECK_OK(sck_load(NULL, dir, ld, NULL));
+    CHECK(y[0] == 1 && y[1] == 2 && y[2] == 3);
+    sck_state_free(ld);
+    sck_state_free(st);
+    sck_async_free(a);
+}
+
+/* ---- a write failing in the background thread comes back from sck_wait on every rank ---- */
+
+typedef struct fail_ctx {
+    long pwrites;
+    long nth;
+} fail_ctx;
+
+static int fail_pwrite(void *ctx, io_kind kind, const char *path) {
+    (void)path;
+    fail_ctx *f = ctx;
+    if (kind == IO_PWRITE && __atomic_add_fetch(&f->pwrites, 1, __ATOMIC_SEQ_CST) == f->nth) return ENOSPC;
+    return 0;
+}
+
+TEST(async_writer_error_reaches_every_rank_and_keeps_old_checkpoint) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    run(&w); /* version A committed */
+    for (int r = 0; r < RANKS; r++) REQUIRE_OK(w.rc_wait[r]);
+    fail_ctx f = {0, 2};
+    w.mutate = 1; /* the buffers change; the failed save must not publish them */
+    io_hook_set(fail_pwrite, &f);
+    run(&w);
+    io_hook_set(NULL, NULL);
+    for (int r = 0; r < RANKS; r++) {
+        CHECK_OK(w.rc_async[r]);
+        CHECK(w.rc_wait[r] == SCK_ERR_IO);
+        CHECK(strstr(w.msg[r], "No space left on device") != NULL);
+        CHECK(strstr(w.msg[r], ".distcp: write of") != NULL);
+        CHECK(!strcmp(w.msg[r], w.msg[0]));
+    }
+    CHECK(load_matches(&w)); /* still version A */
+    CHECK(fx_count_siblings(dir) == 0);
+    world_free(&w);
+}
+
+/* Freeing a handle with a save pending abandons it; the next save into dir cleans up. */
+static int abandon_rank(sck_comm *c, void *arg) {
+    world *w = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = rank_state(w, r);
+    w->rc_async[r] = sck_save_async(w->h[r], c, w->dir, st, NULL);
+    sck_state_free(st);
+    sck_async_free(w->h[r]);
+    w->h[r] = sck_async_new();
+    return w->rc_async[r];
+}
+
+TEST(async_free_with_pending_save_abandons_it) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    int fds = fx_count_fds();
+    CHECK_OK(sck_threads_run(RANKS, abandon_rank, &w));
+    CHECK(fx_count_fds() == fds);
+    CHECK(fx_load_version(dir, 0) == -1); /* nothing was published */
+    run(&w);
+    for (int r = 0; r < RANKS; r++) CHECK_OK(w.rc_wait[r]);
+    CHECK(load_matches(&w));
+    CHECK(fx_count_siblings(dir) == 0);
+    world_free(&w);
+}
+
+/* ---- the engine's options with the plain sck_save ---- */
+
+static int sync_rank(sck_comm *c, void *arg) {
+    world *w = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = rank_state(w, r);
+    sck_save_opts o = {w->flags, w->staging_mib, {0}};
+    int rc = sck_save(c, w->dir, st, &o);
+    sck_state_free(st);
+    return rc;
+}
+
+/* Payload offset of the archive of chunk j of `key`, from its zip headers. */
+static uint64_t payload_offset(const char *dir, const char *key, size_t j, uint64_t *size) {
+    sck_ckpt *ck = NULL;
+    if (sck_ckpt_open(dir, &ck)) return 1;
+    sck_chunk_info ci;
+    uint64_t off = 1;
+    long i = sck_ckpt_find(ck, key);
+    if (i >= 0 && sck_ckpt_chunk(ck, (size_t)i, j, &ci) == SCK_OK) {
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, ci.file);
+        size_t n = 0;
+        unsigned char *file = fx_read(path, &n);
+        zip_mem zm = {file, n};
+        zip_dir zd;
+        if (file && zip_read_dir(zip_pread_mem, &zm, ci.offset, ci.length, path, &zd) == SCK_OK) {
+            const zip_rec *rec = zip_find(&zd, "data/0");
+            if (rec) {
+                off = rec->data_off;
+                *size = rec->size;
+            }
+            zip_dir_free(&zd);
+        }
+        free(file);
+    }
+    sck_ckpt_close(ck);
+    return off;
+}
+
+static void save_with(unsigned flags, unsigned staging_mib) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    w.flags = flags;
+    w.staging_mib = staging_mib;
+    CHECK_OK(sck_threads_run(RANKS, sync_rank, &w));
+    CHECK(load_matches(&w));
+    uint64_t size = 0;
+    for (size_t j = 0; j < RANKS; j++) {
+        CHECK(payload_offset(dir, "model.big", j, &size) % 4096 == 0); /* 512 KiB payloads: page-aligned */
+        CHECK(size == 32 * COLS * 4);
+        CHECK(payload_offset(dir, "model.small", j, &size) % 64 == 0); /* small ones: torch's 64 */
+        CHECK(size < 4096);
+    }
+    world_free(&w);
+}
+
+TEST(save_buffered_one_mib_staging_aligns_big_payloads) { save_with(0, 1); }
+TEST(save_direct_io_loads_bit_exact) { save_with(SCK_SAVE_DIRECT_IO, 0); }
+TEST(save_direct_io_without_fsync) { save_with(SCK_SAVE_DIRECT_IO | SCK_SAVE_NO_FSYNC, 2); }
