@@ -107,8 +107,11 @@ static int write_archive(wstream *w, const char *path, const save_src *s, uint64
     size_t n;
     uint32_t crc = s->payload ? sck_crc32(0, s->payload, s->plen) : 0;
     ti_entries(ents, &n, &s->pkl, s->payload, s->plen, crc);
+    size_t big = SIZE_MAX; /* the tensor record gets the page alignment, data.pkl and the rest torch's 64 */
+    for (size_t k = 0; k < n && s->payload; k++)
+        if (ents[k].data == s->payload) big = k;
     zip_plan zp;
-    int rc = zip_plan_build(&zp, ents, n, "archive", ws_pos(w), payload_align(s->plen));
+    int rc = zip_plan_build_ex(&zp, ents, n, "archive", ws_pos(w), ITEM_ALIGN, big, payload_align(s->plen));
     if (rc) {
         zip_plan_free(&zp);
         return sck_err(rc, "%s: cannot lay out an archive", path);

@@ -218,11 +218,16 @@ static int plan_overflow(void) { return sck_err(SCK_ERR_INVALID_ARG, "zip: archi
 
 int zip_plan_build(zip_plan *p, const zip_entry *e, size_t n, const char *prefix, uint64_t file_offset,
                    uint32_t align) {
+    return zip_plan_build_ex(p, e, n, prefix, file_offset, align, SIZE_MAX, align);
+}
+
+int zip_plan_build_ex(zip_plan *p, const zip_entry *e, size_t n, const char *prefix, uint64_t file_offset,
+                      uint32_t align, size_t big, uint32_t big_align) {
     if (!p) return sck_err(SCK_ERR_INVALID_ARG, "zip: NULL plan");
     memset(p, 0, sizeof *p);
     sck_buf_init(&p->hdr);
-    if (align == 0 || (align & (align - 1)))
-        return sck_err(SCK_ERR_INVALID_ARG, "zip: alignment %u is not a power of two", align);
+    if (align == 0 || (align & (align - 1)) || big_align == 0 || (big_align & (big_align - 1)))
+        return sck_err(SCK_ERR_INVALID_ARG, "zip: alignment %u is not a power of two", align == 0 || (align & (align - 1)) ? align : big_align);
     if (n > INT_MAX) return sck_err(SCK_ERR_INVALID_ARG, "zip: too many entries (%zu)", n);
     int rc = check_entries(e, n, prefix);
     if (rc) return rc;
@@ -239,10 +244,10 @@ int zip_plan_build(zip_plan *p, const zip_entry *e, size_t n, const char *prefix
         uint64_t fixed = ZIP_LOCAL_LEN + nlen + (zip64_sizes ? ZIP_EXTRA_HDR + 16 : 0);
         uint64_t data_start, end;
         if (sck_add_overflow_u64(cursor, fixed, &data_start)) return plan_overflow();
-        uint64_t pad = pad_len(file_offset, data_start, align);
+        uint32_t al = i == big ? big_align : align;
+        uint64_t pad = pad_len(file_offset, data_start, al);
         if (fixed - ZIP_LOCAL_LEN - nlen + pad > ZIP_U16_SENTINEL)
-            return sck_err(SCK_ERR_INVALID_ARG, "zip: alignment %u needs more padding than a zip extra field holds",
-                           align);
+            return sck_err(SCK_ERR_INVALID_ARG, "zip: alignment %u needs more padding than a zip extra field holds", al);
         if (sck_add_overflow_u64(data_start, pad, &data_start) || sck_add_overflow_u64(data_start, e[i].size, &end))
             return plan_overflow();
         size_t start = p->hdr.len;

@@ -40,6 +40,10 @@ typedef struct zip_plan {
  * Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM.  Free with zip_plan_free (also after failure). */
 int zip_plan_build(zip_plan *p, const zip_entry *e, size_t n, const char *prefix,
                    uint64_t file_offset, uint32_t align);
+/* The same, except that entry `big` (SIZE_MAX: none) is aligned to big_align: a tensor payload can
+ * start on a page while the small records around it keep the 64 bytes torch uses. */
+int zip_plan_build_ex(zip_plan *p, const zip_entry *e, size_t n, const char *prefix, uint64_t file_offset,
+                      uint32_t align, size_t big, uint32_t big_align);
 void zip_plan_free(zip_plan *p);
 /* Convenience: the whole archive (headers + payloads) into `out`. */
 int zip_build_mem(sck_buf *out, const zip_entry *e, size_t n, const char *prefix, uint32_t align);

@@ -322,3 +322,23 @@ static void save_with(unsigned flags, unsigned staging_mib) {
 TEST(save_buffered_one_mib_staging_aligns_big_payloads) { save_with(0, 1); }
 TEST(save_direct_io_loads_bit_exact) { save_with(SCK_SAVE_DIRECT_IO, 0); }
 TEST(save_direct_io_without_fsync) { save_with(SCK_SAVE_DIRECT_IO | SCK_SAVE_NO_FSYNC, 2); }
+
+/* Only the tensor record is page-aligned: the records around it keep torch's 64, so an item carries at
+ * most one page of padding. */
+TEST(save_zip_plan_aligns_only_the_big_record) {
+    static uint8_t pay[5000];
+    zip_entry e[3] = {{"data.pkl", pay, 100, 0}, {"data/0", pay, 5000, 0}, {"version", pay, 2, 0}};
+    for (uint64_t fo = 0; fo < 3 * 4096; fo += 1000) {
+        zip_plan p;
+        REQUIRE_OK(zip_plan_build_ex(&p, e, 3, "archive", fo, 64, 1, 4096));
+        CHECK((fo + p.payload_off[0]) % 64 == 0);
+        CHECK((fo + p.payload_off[1]) % 4096 == 0);
+        CHECK((fo + p.payload_off[2]) % 64 == 0);
+        CHECK(p.payload_off[2] - (p.payload_off[1] + 5000) < 200); /* no page of padding before "version" */
+        CHECK(p.payload_off[1] < 4096 + 300);
+        zip_plan_free(&p);
+    }
+    zip_plan p;
+    CHECK_ERR(zip_plan_build_ex(&p, e, 3, "archive", 0, 64, 1, 3000), SCK_ERR_INVALID_ARG, "alignment 3000 is not a power of two");
+    zip_plan_free(&p);
+}
