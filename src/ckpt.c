@@ -15,11 +15,11 @@
 #include "torch_item.h"
 #include "zip.h"
 
-#define SMALL_ITEM (1u << 20)        /* items up to this size are read whole in one pread */
-#define WINDOW_BYTES (16u << 20)     /* read-ahead window for scattered small runs */
+#define SMALL_ITEM (1u << 20)        /* items up to this size are read whole, with the items after them */
+#define HEAD_BYTES (64u << 10)       /* a large item's headers: read this much at its start or end */
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
-#define CHECK_BUF (4u << 20)         /* read size when checksumming a whole item */
+#define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     if (!ck->res) return;
@@ -35,6 +35,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
             if (ck->files[i].fd >= 0) close(ck->files[i].fd);
     }
     free(ck->files);
+    rc_free(&ck->rc);
     ckpt_free_res(ck);
     ck_meta_free(&ck->m);
     free(ck->dir);
@@ -81,6 +82,7 @@ int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
     for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = -1;
+    rc_init(&ck->rc);
     ck->verify = 1;
     int rc = check_overlaps(ck);
     if (rc) {
@@ -210,6 +212,51 @@ static int check_window(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c
     return SCK_OK;
 }
 
+/* The window to fill when [off, off+n) of chunk c's item is not in memory: a small item whole, with
+ * the items after it (they are usually read next); for a large item 64 KiB at its start or end (its
+ * headers), else up to RC_CAP from `off` on.  Always inside the file and holding the request. */
+static void fill_range(const ck_chunk *c, uint64_t fsize, uint64_t off, uint64_t n, uint64_t *lo, uint64_t *hi) {
+    uint64_t end = c->offset + c->length;
+    if (c->length <= SMALL_ITEM) {
+        *lo = c->offset;
+        *hi = fsize - c->offset > RC_CAP ? c->offset + RC_CAP : fsize;
+    } else if (off + n - c->offset <= HEAD_BYTES) {
+        *lo = c->offset;
+        *hi = c->offset + HEAD_BYTES;
+    } else if (end - off <= HEAD_BYTES) {
+        *lo = end - HEAD_BYTES;
+        *hi = end;
+    } else {
+        *lo = off;
+        *hi = end - off > RC_CAP ? off + RC_CAP : end;
+    }
+}
+
+/* Reads inside one item through the checkpoint's windows (zip_pread_fn for zip_read_dir). */
+typedef struct item_rd {
+    sck_ckpt *ck;
+    int fd;
+    const ck_chunk *c;
+    uint64_t fsize;
+    const char *what;
+} item_rd;
+
+/* Points *p at [off, off+n) of the item (n <= RC_CAP); valid until the next read. */
+static int item_view(item_rd *r, uint64_t off, uint64_t n, const uint8_t **p) {
+    uint64_t lo, hi;
+    fill_range(r->c, r->fsize, off, n, &lo, &hi);
+    return rc_get(&r->ck->rc, r->fd, off, n, lo, hi, r->what, p);
+}
+
+static int item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
+    item_rd *r = ctx;
+    if (n > HEAD_BYTES) return sck_pread_full(r->fd, buf, n, off, r->what);
+    const uint8_t *p;
+    int rc = item_view(r, off, n, &p);
+    if (!rc && n) memcpy(buf, p, n);
+    return rc;
+}
+
 /* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
@@ -241,9 +288,10 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         r->done = 1;
         return SCK_OK;
     }
+    item_rd ird = {ck, fd, c, fsize, what};
     zip_dir zd;
     memset(&zd, 0, sizeof zd);
-    rc = zip_read_dir(zip_pread_fd, &fd, c->offset, c->length, what, &zd);
+    rc = zip_read_dir(item_pread, &ird, c->offset, c->length, what, &zd);
     if (rc) return rc;
     const zip_rec *pk = zip_find(&zd, "data.pkl");
     uint8_t *pkl = NULL;
@@ -261,7 +309,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
         goto out;
     }
-    if ((rc = sck_pread_full(fd, pkl, pk->size, pk->data_off, what))) goto out;
+    if ((rc = item_pread(&ird, pkl, pk->size, pk->data_off))) goto out;
     if ((rc = ti_decode_tensor_pkl(pkl, pk->size, what, &t))) goto out;
     if (t.dtype != (sck_dtype)e->dtype) {
         rc = sck_err(SCK_ERR_FORMAT, "%s: stored dtype %s differs from metadata dtype %s", what, sck_dtype_name(t.dtype),
@@ -292,7 +340,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     const zip_rec *bo = zip_find(&zd, "byteorder");
     if (bo) {
         char b[8] = {0};
-        if (bo->size > 6 || (rc = sck_pread_full(fd, b, bo->size, bo->data_off, what))) {
+        if (bo->size > 6 || (rc = item_pread(&ird, b, bo->size, bo->data_off))) {
             if (!rc) rc = sck_err(SCK_ERR_FORMAT, "%s: bad byteorder record", what);
             goto out;
         }
@@ -315,6 +363,20 @@ static void fmt_dims(char *buf, size_t cap, const sck_box *b) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+static int crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    char what[4600], at[400] = "";
+    item_what(ck, e, c, what, sizeof what);
+    if (!e->is_bytes) {
+        char dims[360];
+        fmt_dims(dims, sizeof dims, &c->box);
+        snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
+    }
+    return sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
+                   (unsigned long long)c->offset, (unsigned long long)(c->offset + c->length), crc, c->crc32c);
+}
+
 int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
@@ -324,8 +386,8 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
     uint64_t fsize;
     int rc = get_file(ck, c->file, &fd, &fsize);
     if (rc || (rc = check_window(ck, e, c, fsize))) return rc;
+    item_rd ird = {ck, fd, c, fsize, what};
     uint64_t end = c->offset + c->length, pos = c->offset;
-    uint8_t *buf = NULL;
     uint32_t crc = 0;
     while (pos < end && !rc) {
         if (known && pos >= known_off && pos < known_off + known_len) {
@@ -335,35 +397,26 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
             pos += k;
             continue;
         }
-        uint64_t k = end - pos < CHECK_BUF ? end - pos : CHECK_BUF;
+        /* The rest is read through the windows: no buffer of our own, and small items are already there. */
+        uint64_t k = end - pos < RC_CAP ? end - pos : RC_CAP;
         if (known && known_off > pos && known_off - pos < k) k = known_off - pos;
-        if (!buf && !(buf = malloc(c->length < CHECK_BUF ? c->length : CHECK_BUF))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a checksum buffer", what);
-        if (!(rc = sck_pread_full(fd, buf, (size_t)k, pos, what))) crc = sck_crc32c(crc, buf, (size_t)k);
+        uint64_t lo, hi;
+        fill_range(c, fsize, pos, k, &lo, &hi);
+        if (hi - pos < k) k = hi - pos;
+        const uint8_t *p;
+        if (!(rc = rc_get(&ck->rc, fd, pos, k, lo, hi, ird.what, &p))) crc = sck_crc32c(crc, p, (size_t)k);
         pos += k;
     }
-    free(buf);
-    if (!rc && c->has_crc && crc != c->crc32c) {
-        char at[400] = "";
-        if (!e->is_bytes) {
-            char dims[360];
-            fmt_dims(dims, sizeof dims, &c->box);
-            snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
-        }
-        rc = sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
-                     (unsigned long long)c->offset, (unsigned long long)end, crc, c->crc32c);
-    }
+    if (!rc && c->has_crc && crc != c->crc32c) rc = crc_mismatch(ck, ei, ci, crc);
     return rc;
 }
 
-/* Copies runs from the file into the destination, through a read-ahead window for small runs. */
+/* Copies runs of one chunk from the file into the destination: long runs straight into it, short
+ * ones through the checkpoint's windows. */
 typedef struct run_ctx {
-    int fd;
-    const char *what;
+    item_rd *ird;
     uint64_t base;          /* absolute offset of the chunk view's element 0 */
     uint8_t *dst;
-    uint8_t *win;
-    uint64_t win_off, win_len, win_cap;  /* win_cap: bytes allocated, at most the item's length */
-    uint64_t limit;         /* end of the item window: read-ahead never goes past it */
     size_t elem;
     int swap;
 } run_ctx;
@@ -382,38 +435,76 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
     run_ctx *r = vctx;
     uint64_t abs = r->base + src_off;
     uint8_t *d = r->dst + dst_off;
-    if (nbytes >= DIRECT_RUN || !r->win || nbytes > r->win_cap) {
-        int rc = sck_pread_full(r->fd, d, nbytes, abs, r->what);
-        if (rc) return rc;
+    int rc;
+    if (nbytes >= DIRECT_RUN) {
+        rc = sck_pread_full(r->ird->fd, d, nbytes, abs, r->ird->what);
     } else {
-        if (abs < r->win_off || abs + nbytes > r->win_off + r->win_len) {
-            uint64_t len = r->win_cap;
-            if (len > r->limit - abs) len = r->limit - abs;
-            if (len < nbytes) len = nbytes;
-            int rc = sck_pread_full(r->fd, r->win, len, abs, r->what);
-            if (rc) return rc;
-            r->win_off = abs;
-            r->win_len = len;
-        }
-        memcpy(d, r->win + (abs - r->win_off), nbytes);
+        const uint8_t *p;
+        rc = item_view(r->ird, abs, nbytes, &p);
+        if (!rc) memcpy(d, p, nbytes);
     }
-    if (r->swap) swap_elems(d, nbytes, r->elem);
+    if (!rc && r->swap) swap_elems(d, nbytes, r->elem);
+    return rc;
+}
+
+/* The runs of one overlap, kept for checking and copying in a single pass over the item. */
+typedef struct run_list {
+    uint64_t (*r)[3];       /* src offset, dst offset, bytes */
+    size_t n, cap;
+    int ordered;            /* src offsets ascend without overlap */
+    uint64_t first_src, first_dst, first_len;
+} run_list;
+
+static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
+    run_list *l = vctx;
+    if (l->n == 0) {
+        l->first_src = s;
+        l->first_dst = d;
+        l->first_len = n;
+    } else if (l->r && s < l->r[l->n - 1][0] + l->r[l->n - 1][2]) {
+        l->ordered = 0;
+    }
+    if (l->r && l->n < l->cap) {
+        l->r[l->n][0] = s;
+        l->r[l->n][1] = d;
+        l->r[l->n][2] = n;
+    }
+    l->n++;
     return 0;
 }
 
-/* Counts runs so we only allocate a read-ahead window when there is more than one; keeps the first. */
-typedef struct run_count {
-    uint64_t n, src, dst, len;
-} run_count;
-
-static int count_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
-    run_count *rc = vctx;
-    if (rc->n++ == 0) {
-        rc->src = s;
-        rc->dst = d;
-        rc->len = n;
+/* Reads the whole item once, window by window: each window is checksummed and the parts of the runs
+ * it holds are copied out.  The item is read once, not once to check and again to copy. */
+static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    item_rd *ird = rx->ird;
+    uint64_t pos = c->offset, end = c->offset + c->length;
+    uint32_t crc = 0;
+    size_t k = 0;
+    uint64_t done = 0; /* bytes of run k already copied */
+    while (pos < end) {
+        uint64_t lo, hi, len = end - pos < RC_CAP ? end - pos : RC_CAP;
+        fill_range(c, ird->fsize, pos, len, &lo, &hi);
+        if (hi - pos < len) len = hi - pos;
+        const uint8_t *p;
+        int rc = rc_get(&ck->rc, ird->fd, pos, len, lo, hi, ird->what, &p);
+        if (rc) return rc;
+        crc = sck_crc32c(crc, p, (size_t)len);
+        while (k < l->n) {
+            uint64_t a = rx->base + l->r[k][0] + done, left = l->r[k][2] - done;
+            if (a >= pos + len) break;
+            uint64_t take = pos + len - a < left ? pos + len - a : left;
+            memcpy(rx->dst + l->r[k][1] + done, p + (a - pos), take);
+            done += take;
+            if (done < l->r[k][2]) break;
+            if (rx->swap) swap_elems(rx->dst + l->r[k][1], l->r[k][2], rx->elem);
+            k++;
+            done = 0;
+        }
+        pos += len;
     }
-    return 0;
+    if (k < l->n) return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
+    return crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
@@ -431,40 +522,39 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     if (rc) return rc;
     char what[4600];
     item_what(ck, e, c, what, sizeof what);
-    run_ctx rx;
-    memset(&rx, 0, sizeof rx);
-    rx.fd = ck->files[c->file].fd;
-    rx.what = what;
-    rx.base = r->data_off;
-    rx.dst = dst;
-    rx.limit = c->offset + c->length;
-    rx.elem = sck_dtype_size((sck_dtype)e->dtype);
-    rx.swap = r->swap;
-    run_count runs;
-    memset(&runs, 0, sizeof runs);
-    box_runs(&c->box, r->strides, want, ov, rx.elem, count_run, &runs);
-    /* Checksums cover whole items.  When this read brings the chunk's whole payload in one run (the
-     * same sharding as the save), only the rest of the item is read again to check it; otherwise the
-     * item is checked first. */
+    item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
+    run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap};
     int check = ck->verify && c->has_crc && !r->verified;
-    int after = check && !r->swap && runs.n == 1 && runs.src == 0 && runs.len == box_numel(&c->box) * rx.elem;
-    if (check && !after) {
-        if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
-        r->verified = 1;
-    }
-    if (runs.n > 1) {
-        /* No bigger than the item: small chunks read often must not cost a 16 MiB buffer each. */
-        rx.win_cap = c->length < WINDOW_BYTES ? c->length : WINDOW_BYTES;
-        rx.win = malloc(rx.win_cap ? rx.win_cap : 1);
-        if (!rx.win) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a read window", what);
-    }
-    rc = box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
-    free(rx.win);
-    if (!rc && after) {
-        rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + runs.dst, r->data_off, runs.len);
+    if (!check) return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+    /* Checksums cover whole items.  One run (a row block, the same sharding as the save): read it,
+     * then only the rest of the item to check it.  Several runs: one pass over the item that checks
+     * and copies.  Runs out of file order, or too many to keep: check first, then copy. */
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+    if (l.n == 1 && !r->swap) {
+        rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len);
+        if (!rc) rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
         r->verified = !rc;
+        return rc;
     }
-    return rc;
+    if (l.n <= MAX_RUNS) {
+        l.cap = l.n;
+        l.n = 0;
+        l.ordered = 1;
+        l.r = malloc((l.cap ? l.cap : 1) * sizeof *l.r);
+        if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
+        box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+        if (l.ordered) {
+            rc = check_and_copy(ck, ei, ci, &rx, &l);
+            free(l.r);
+            r->verified = !rc;
+            return rc;
+        }
+        free(l.r);
+    }
+    if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
+    r->verified = 1;
+    return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
 }
 
 int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst) {

@@ -3,6 +3,7 @@
 #define SCK_CKPT_H
 
 #include "dcp_meta.h"
+#include "rcache.h"
 
 typedef struct ck_res {
     int done;
@@ -24,6 +25,7 @@ struct sck_ckpt {
     ck_res **res;                   /* per entry, per chunk; allocated lazily */
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */
+    rcache rc;                      /* windows for headers, small items and short runs */
 };
 
 /* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */

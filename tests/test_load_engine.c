@@ -1,0 +1,140 @@
+/* test_load_engine.c - the read paths of a load: items larger than a read window read by columns (one
+ * pass that checks and copies), a row block inside a saved chunk (read it, then check the rest of the
+ * item), many small items served from the windows, and flipped bytes caught on each path. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ckpt_fixture.h"
+#include "harness.h"
+
+#define BR 640                /* big: [640, 4096] f32 = 10 MiB, saved as 2 row blocks of 5 MiB */
+#define BC 4096
+#define NSMALL 600            /* small: 600 tensors [6, 10] f32, saved by 2 ranks */
+
+typedef struct eng {
+    float *big;               /* the global tensors */
+    float *small;
+    const char *dir;
+    int by_cols;              /* load: column blocks instead of row blocks */
+    int nload;
+    int rcs[8];
+    char msgs[8][512];
+    int bad[8];               /* elements that differ from the global tensors */
+} eng;
+
+static int save_rank(sck_comm *c, void *arg) {
+    eng *g = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = sck_state_new();
+    int64_t bs[2] = {BR, BC}, bo[2] = {r * BR / 2, 0}, bz[2] = {BR / 2, BC};
+    int rc = sck_state_add_box(st, "big", SCK_F32, 2, bs, bo, bz, g->big + (size_t)r * BR / 2 * BC);
+    for (int t = 0; t < NSMALL && !rc; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "small.%03d", t);
+        int64_t ss[2] = {6, 10}, so[2] = {3 * r, 0}, sz[2] = {3, 10};
+        rc = sck_state_add_box(st, key, SCK_F32, 2, ss, so, sz, g->small + (size_t)t * 60 + 30 * r);
+    }
+    if (!rc) rc = sck_save(c, g->dir, st, NULL);
+    sck_state_free(st);
+    return rc;
+}
+
+/* Rank r of n loads its row (or column) block of big and of every small tensor and compares. */
+static int load_rank(sck_comm *c, void *arg) {
+    eng *g = arg;
+    int r = sck_comm_rank(c), n = sck_comm_size(c);
+    int64_t blo = (g->by_cols ? BC : BR) * r / n, bhi = (g->by_cols ? BC : BR) * (r + 1) / n;
+    int64_t bs[2] = {BR, BC}, bo[2], bz[2];
+    if (g->by_cols) bo[0] = 0, bo[1] = blo, bz[0] = BR, bz[1] = bhi - blo;
+    else bo[0] = blo, bo[1] = 0, bz[0] = bhi - blo, bz[1] = BC;
+    float *bb = calloc((size_t)(bz[0] * bz[1]), 4);
+    int64_t slo = 6 * r / n, shi = 6 * (r + 1) / n;
+    float *sb = calloc((size_t)NSMALL * 60, 4);
+    sck_state *st = sck_state_new();
+    int rc = sck_state_add_box(st, "big", SCK_F32, 2, bs, bo, bz, bb);
+    for (int t = 0; t < NSMALL && !rc; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "small.%03d", t);
+        int64_t ss[2] = {6, 10}, so[2] = {slo, 0}, sz[2] = {shi - slo, 10};
+        if (shi > slo) rc = sck_state_add_box(st, key, SCK_F32, 2, ss, so, sz, sb + (size_t)t * 60);
+    }
+    if (!rc) rc = sck_load(c, g->dir, st, NULL);
+    g->rcs[r] = rc;
+    snprintf(g->msgs[r], sizeof g->msgs[r], "%s", sck_last_error());
+    for (int64_t i = 0; !rc && i < bz[0]; i++)
+        for (int64_t j = 0; j < bz[1]; j++)
+            g->bad[r] += memcmp(&bb[i * bz[1] + j], &g->big[(size_t)(bo[0] + i) * BC + (size_t)(bo[1] + j)], 4) != 0; /* bits: NaNs */
+    for (int t = 0; !rc && t < NSMALL; t++)
+        g->bad[r] += memcmp(sb + (size_t)t * 60, g->small + (size_t)t * 60 + slo * 10, (size_t)(shi - slo) * 40) != 0;
+    sck_state_free(st);
+    free(bb);
+    free(sb);
+    return rc;
+}
+
+static void setup(eng *g, const char *dir) {
+    memset(g, 0, sizeof *g);
+    g->dir = dir;
+    g->big = malloc((size_t)BR * BC * 4);
+    g->small = malloc((size_t)NSMALL * 60 * 4);
+    th_fill(g->big, (size_t)BR * BC * 4, 31);
+    th_fill(g->small, (size_t)NSMALL * 60 * 4, 32);
+}
+
+static void teardown(eng *g) {
+    free(g->big);
+    free(g->small);
+}
+
+static void load_with(eng *g, int n, int by_cols) {
+    g->nload = n;
+    g->by_cols = by_cols;
+    memset(g->rcs, 0, sizeof g->rcs);
+    memset(g->bad, 0, sizeof g->bad);
+    sck_threads_run(n, load_rank, g);
+}
+
+TEST(load_engine_exact_for_rows_columns_and_small_items) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    eng g;
+    setup(&g, dir);
+    REQUIRE_OK(sck_threads_run(2, save_rank, &g));
+    int shapes[][2] = {{2, 0}, {1, 0}, {3, 0}, {4, 0}, {3, 1}, {2, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        load_with(&g, shapes[k][0], shapes[k][1]);
+        for (int r = 0; r < shapes[k][0]; r++) {
+            CHECK_OK(g.rcs[r]);
+            CHECK(g.bad[r] == 0);
+        }
+    }
+    teardown(&g);
+}
+
+/* Byte `off` of rank 0's data file flipped: every way of reading the item it falls in reports it. */
+static void flipped(uint64_t off, const char *expect) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    eng g;
+    setup(&g, dir);
+    REQUIRE_OK(sck_threads_run(2, save_rank, &g));
+    REQUIRE(fx_flip(dir, "__0_0.distcp", off, 0x10) == 0);
+    int shapes[][2] = {{2, 0}, {3, 0}, {3, 1}};
+    for (size_t k = 0; k < sizeof shapes / sizeof *shapes; k++) {
+        load_with(&g, shapes[k][0], shapes[k][1]);
+        for (int r = 0; r < shapes[k][0]; r++) {
+            CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
+            CHECK(strstr(g.msgs[r], expect) != NULL);
+            CHECK(strstr(g.msgs[r], "__0_0.distcp") != NULL);
+        }
+    }
+    teardown(&g);
+}
+
+/* "big" is rank 0's first item: its payload starts at 4096 and is 5 MiB long. */
+TEST(load_engine_flip_in_big_payload_start) { flipped(4096 + 10, "'big' item at offset 0 (chunk 0 at [0, 0])"); }
+/* In the payload's last rows: outside the first rank's rows when 3 ranks load by rows. */
+TEST(load_engine_flip_in_big_payload_end) { flipped(4096 + (5u << 20) - 100, "'big' item at offset 0"); }
+/* In the item's trailer (the central directory after the payload). */
+TEST(load_engine_flip_in_big_trailer) { flipped(4096 + (5u << 20) + 40, "have CRC-32C"); }
