@@ -360,10 +360,10 @@ void sck_async_free(sck_async *a);
 
 /**
  * Starts saving `st` like sck_save (same arguments, checks, atomicity and
- * errors) and returns once this rank's part is snapshotted: the plan is
- * agreed across ranks, blobs and values are encoded, and every tensor piece
- * this rank writes is copied into the handle's snapshot memory (not copied
- * with SCK_SAVE_NO_COPY).  The data file is written by a background thread
+ * errors) and returns once this rank's part is snapshotted: the local plans
+ * are exchanged, blobs and values are copied, and every tensor piece of the
+ * state is copied into the handle's snapshot memory (not copied with
+ * SCK_SAVE_NO_COPY).  The data file is written by a background thread
  * while the caller goes on; sck_wait finishes the save.  After a successful
  * return the caller may modify its tensors and free `st` (with
  * SCK_SAVE_NO_COPY: tensor buffers must stay unchanged until sck_wait).
@@ -374,10 +374,13 @@ void sck_async_free(sck_async *a);
  * `comm` for its own collectives in between.  Every rank must call
  * sck_wait before the next sck_save_async on the same handle.
  *
- * Returns the status agreed by every rank in the plan exchange (as
- * sck_save).  On error no save is pending.  Errors found later (out of
- * memory for the snapshot, I/O, commit) are returned by sck_wait.
- * Also SCK_ERR_INVALID_ARG: a save is already pending on `a`.
+ * Only the plan exchange and the copy run in the caller's thread: the
+ * plan's checks (dtype, shape, coverage) run on the background thread too.
+ * Returns the status of the plan exchange, agreed by every rank (bad
+ * arguments, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER; also
+ * SCK_ERR_INVALID_ARG when a save is already pending on `a`).  On error no
+ * save is pending.  Every later error (SCK_ERR_MISMATCH, SCK_ERR_COVERAGE,
+ * out of memory for the snapshot, I/O, commit) is returned by sck_wait.
  */
 int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 

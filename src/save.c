@@ -65,7 +65,7 @@ static int strip_ids(uint8_t *all, size_t *counts, int nranks, char *id) {
 int save_fail_collectively(sck_comm *comm, int err) { return comm_agree(comm, err); }
 
 int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st, unsigned flags, unsigned staging_mib,
-               save_snapshot *snap) {
+               int async, save_snapshot *snap) {
     memset(j, 0, sizeof *j);
     j->comm = comm;
     j->rank = comm->rank;
@@ -97,8 +97,20 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
         char id[COMMIT_ID_LEN + 1];
         local = strip_ids(all, counts, comm->size, id);
         if (!local && rank != 0) local = commit_init(&j->cm, dir, id);
-        if (!local) local = plan_build(all, counts, comm->size, &j->plan);
-        if (!local) local = save_prepare_items(j, st, snap);
+        if (!local && async) { /* the plan is built by save_write, on the background thread */
+            local = save_copy_state(st, snap, &j->copy);
+            if (!local && counts == counts_stack) { /* the one-rank counts live on our stack: move them */
+                if (!(counts = malloc(sizeof *counts))) local = sck_err(SCK_ERR_NOMEM, "out of memory");
+                else counts[0] = counts_stack[0];
+            }
+            if (!local) {
+                j->all = all, j->counts = counts;
+                all = NULL, counts = counts_stack;
+            }
+        } else if (!local) {
+            local = plan_build(all, counts, comm->size, &j->plan);
+            if (!local) local = save_prepare_items(j, st);
+        }
         if (local) {
             j->local = local;
             snprintf(j->local_msg, sizeof j->local_msg, "%s", sck_last_error());
@@ -117,9 +129,28 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
 }
 
 void save_write(save_job *j) {
-    if (j->local) return;
-    j->local = save_write_file(j);
+    if (!j->local && j->all) {
+        j->local = plan_build(j->all, j->counts, j->comm->size, &j->plan);
+        if (!j->local) j->local = save_prepare_items(j, j->copy);
+    }
+    free(j->all);
+    free(j->counts);
+    j->all = NULL;
+    j->counts = NULL;
+    if (!j->local) j->local = save_write_file(j);
     if (j->local) snprintf(j->local_msg, sizeof j->local_msg, "%s", sck_last_error());
+}
+
+void save_abandon(save_job *j) {
+    free(j->all);
+    free(j->counts);
+    j->all = NULL;
+    j->counts = NULL;
+    save_free_items(j);
+    sck_state_free(j->copy);
+    j->copy = NULL;
+    plan_free(&j->plan);
+    commit_free(&j->cm);
 }
 
 int save_finish(save_job *j) {
@@ -135,6 +166,8 @@ int save_finish(save_job *j) {
     size_t n = !local && j->recs ? j->plan.nitems[rank] * ITEM_REC : 0;
     int rc = counts ? comm_agree_gather(comm, local, j->recs, n, &all, counts) : comm_agree(comm, local);
     save_free_items(j);
+    sck_state_free(j->copy);
+    j->copy = NULL;
 
     /* Collective 3: rank 0 writes .metadata last and swaps the directory into place. */
     local = SCK_OK;
@@ -172,7 +205,7 @@ int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_sav
     sck_comm *single = NULL;
     if (!comm && !(comm = single = sck_comm_single())) return sck_err(SCK_ERR_NOMEM, "out of memory");
     save_job j;
-    int rc = save_begin(&j, comm, dir, st, opts ? opts->flags : 0, opts ? opts->staging_mib : 0, NULL);
+    int rc = save_begin(&j, comm, dir, st, opts ? opts->flags : 0, opts ? opts->staging_mib : 0, 0, NULL);
     if (!rc) {
         save_write(&j);
         rc = save_finish(&j);

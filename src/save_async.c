@@ -35,9 +35,7 @@ void sck_async_free(sck_async *a) {
     if (!a) return;
     if (a->pending) {
         join_writer(a);
-        save_free_items(&a->job);
-        plan_free(&a->job.plan);
-        commit_free(&a->job.cm); /* the temporary directory stays; the next save into dir removes it */
+        save_abandon(&a->job); /* the temporary directory stays; the next save into dir removes it */
     }
     sck_comm_free(a->single);
     if (a->snap.mem) munmap(a->snap.mem, a->snap.cap);
@@ -59,7 +57,7 @@ int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_stat
         comm = a->single;
     }
     save_snapshot *snap = flags & SCK_SAVE_NO_COPY ? NULL : &a->snap;
-    int rc = save_begin(&a->job, comm, dir, st, flags, opts ? opts->staging_mib : 0, snap);
+    int rc = save_begin(&a->job, comm, dir, st, flags, opts ? opts->staging_mib : 0, 1, snap);
     if (rc) return rc;
     a->pending = 1;
     /* A thread that cannot start: write in the caller's thread instead (still correct, just not async). */

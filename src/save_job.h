@@ -43,23 +43,34 @@ typedef struct save_job {
     char local_msg[1024];     /* its message, kept across threads */
     save_src *src;            /* plan.nitems[rank] items */
     uint64_t *recs;           /* per item: offset, length, CRC-32C */
+    /* Async saves build the plan on the background thread: the gathered plans wait here, and the
+     * caller's state is replaced by a copy whose tensor data lives in the snapshot. */
+    void *all;
+    size_t *counts;
+    sck_state *copy;
 } save_job;
 
-/* Flags and options checked by the caller.  snap: copy every tensor payload this rank writes into it
- * (async save), or NULL to write from the caller's buffers.  Returns the status agreed in collective 1;
- * on error the job holds nothing that save_finish needs beyond taking part in its collectives. */
+/* Flags and options checked by the caller.  async: keep a copy of the state (its tensor data copied
+ * into snap, or referenced in place when snap is NULL) and leave the plan to save_write, so that the
+ * caller's thread only pays for the plan exchange and the copy.  Returns the status agreed in
+ * collective 1; on error the job holds nothing and every rank stops. */
 int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st, unsigned flags, unsigned staging_mib,
-               save_snapshot *snap);
-/* Writes this rank's data file (no collectives); records the outcome in j->local / j->local_msg. */
+               int async, save_snapshot *snap);
+/* Builds the plan if it was left for later, writes this rank's data file (no collectives); records the
+ * outcome in j->local / j->local_msg. */
 void save_write(save_job *j);
+/* Releases what the job holds between save_begin and save_finish (for an abandoned async save). */
+void save_abandon(save_job *j);
 /* Collectives 2 and 3, commit, clean-up.  Returns the save's status, the same on every rank. */
 int save_finish(save_job *j);
 
 /* A rank that cannot start a save still takes part in all three collectives with `err` in the first. */
 int save_fail_collectively(sck_comm *comm, int err);
 
-/* save_write.c: items encoded (and payloads copied into snap when non-NULL); the file written. */
-int save_prepare_items(save_job *j, const sck_state *st, save_snapshot *snap);
+/* save_write.c: items encoded; the file written; a state copied for an async save (tensor data into
+ * snap, or left in place when snap is NULL). */
+int save_prepare_items(save_job *j, const sck_state *st);
+int save_copy_state(const sck_state *st, save_snapshot *snap, sck_state **out);
 int save_write_file(save_job *j);
 void save_free_items(save_job *j);
 

@@ -44,30 +44,62 @@ static int snapshot_reserve(save_snapshot *s, size_t n) {
     return SCK_OK;
 }
 
-/* Copies every payload into the snapshot, each at an offset aligned like its place in the file, so
- * O_DIRECT writes it without another copy. */
-static int snapshot_items(save_job *j, save_snapshot *snap) {
-    size_t n = j->plan.nitems[j->rank], total = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t a = payload_align(j->src[i].plen);
-        total = (total + a - 1) / a * a + j->src[i].plen;
+/* Bytes of a piece of entry e. */
+static uint64_t piece_bytes(const st_entry *e, const st_piece *pc) { return box_numel(&pc->box) * sck_dtype_size(e->dtype); }
+
+int save_copy_state(const sck_state *st, save_snapshot *snap, sck_state **out) {
+    *out = NULL;
+    size_t total = 0, off = 0;
+    for (size_t i = 0; snap && i < st->n; i++) {
+        const st_entry *e = &st->e[i];
+        for (size_t k = 0; e->kind == ENT_TENSOR && k < e->npieces; k++) {
+            uint64_t a = payload_align(piece_bytes(e, &e->pieces[k]));
+            total = (total + a - 1) / a * a + piece_bytes(e, &e->pieces[k]);
+        }
     }
-    int rc = snapshot_reserve(snap, total ? total : 1);
-    if (rc) return rc;
-    size_t off = 0;
-    for (size_t i = 0; i < n; i++) {
-        save_src *s = &j->src[i];
-        if (!s->payload) continue;
-        uint64_t a = payload_align(s->plen);
-        off = (off + a - 1) / a * a;
-        memcpy(snap->mem + off, s->payload, s->plen);
-        s->payload = snap->mem + off;
-        off += s->plen;
+    int rc = snap ? snapshot_reserve(snap, total ? total : 1) : SCK_OK;
+    sck_state *c = rc ? NULL : sck_state_new();
+    if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
+    for (size_t i = 0; i < st->n && !rc; i++) {
+        const st_entry *e = &st->e[i];
+        if (e->kind == ENT_BLOB) {
+            rc = sck_state_add_blob(c, e->key, e->present ? (e->blob ? (const void *)e->blob : "") : NULL, e->blob_n);
+            continue;
+        }
+        if (e->kind == ENT_VALUE) {
+            sck_value *v = e->present ? sck_value_clone(e->value) : NULL;
+            rc = e->present && !v ? sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key) : sck_state_add_value(c, e->key, v);
+            continue;
+        }
+        if (e->npieces == 0) { /* an empty tensor: the entry alone */
+            int64_t z[SCK_MAX_DIMS] = {0};
+            rc = e->replicated ? sck_state_add_replicated(c, e->key, e->dtype, e->ndim, e->shape, NULL)
+                               : sck_state_add_box(c, e->key, e->dtype, e->ndim, e->shape, z, z, NULL);
+        }
+        for (size_t k = 0; k < e->npieces && !rc; k++) {
+            const st_piece *pc = &e->pieces[k];
+            uint64_t nb = piece_bytes(e, pc);
+            void *data = pc->data;
+            if (snap) {
+                uint64_t a = payload_align(nb);
+                off = (off + a - 1) / a * a;
+                if (nb) memcpy(snap->mem + off, pc->data, nb);
+                data = snap->mem + off;
+                off += nb;
+            }
+            rc = e->replicated ? sck_state_add_replicated(c, e->key, e->dtype, e->ndim, e->shape, data)
+                               : sck_state_add_box(c, e->key, e->dtype, e->ndim, e->shape, pc->box.off, pc->box.size, data);
+        }
     }
+    if (rc) {
+        sck_state_free(c);
+        return rc;
+    }
+    *out = c;
     return SCK_OK;
 }
 
-int save_prepare_items(save_job *j, const sck_state *st, save_snapshot *snap) {
+int save_prepare_items(save_job *j, const sck_state *st) {
     const save_plan *p = &j->plan;
     size_t n = p->nitems[j->rank];
     j->src = calloc(n ? n : 1, sizeof *j->src);
@@ -95,7 +127,6 @@ int save_prepare_items(save_job *j, const sck_state *st, save_snapshot *snap) {
             rc = ti_encode_value_pkl(&s->pkl, se->value);
         }
     }
-    if (!rc && snap) rc = snapshot_items(j, snap);
     return rc;
 }
 

@@ -342,3 +342,83 @@ TEST(save_zip_plan_aligns_only_the_big_record) {
     CHECK_ERR(zip_plan_build_ex(&p, e, 3, "archive", 0, 64, 1, 3000), SCK_ERR_INVALID_ARG, "alignment 3000 is not a power of two");
     zip_plan_free(&p);
 }
+
+/* ---- the state copy: every kind of entry survives it, and the plan's checks come from sck_wait ---- */
+
+typedef struct kinds {
+    const char *dir;
+    int hole;                 /* leave a hole in "t": a coverage error */
+    int rc_async[2], rc_wait[2];
+    char msg[2][512];
+} kinds;
+
+static int kinds_rank(sck_comm *c, void *arg) {
+    kinds *k = arg;
+    int r = sck_comm_rank(c);
+    static double repl[5] = {1.5, -2, 3, 4e10, 0};
+    static int32_t t[10] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9};
+    int64_t rs[1] = {5}, ts[1] = {10}, es[2] = {0, 3};
+    sck_state *st = sck_state_new();
+    sck_state_add_replicated(st, "repl", SCK_F64, 1, rs, repl);
+    int64_t lo = 5 * r, n = k->hole && r == 1 ? 4 : 5;
+    sck_state_add_flat(st, "t", SCK_I32, 1, ts, lo, n, t + lo);
+    sck_state_add_replicated(st, "empty", SCK_F32, 2, es, NULL);
+    sck_state_add_blob(st, "blob", "\0raw", 4);
+    sck_state_add_blob(st, "empty_blob", "", 0);
+    sck_value *d = sck_value_dict();
+    sck_value_dict_set(d, "lr", sck_value_float(0.5));
+    sck_state_add_value(st, "cfg", d);
+    sck_async *h = sck_async_new();
+    k->rc_async[r] = sck_save_async(h, c, k->dir, st, NULL);
+    sck_state_free(st); /* the copy must not depend on it */
+    k->rc_wait[r] = sck_wait(h);
+    snprintf(k->msg[r], sizeof k->msg[r], "%s", sck_last_error());
+    sck_async_free(h);
+    return k->rc_wait[r];
+}
+
+TEST(async_copies_every_kind_of_entry) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    kinds k = {dir, 0, {0}, {0}, {{0}}};
+    CHECK_OK(sck_threads_run(2, kinds_rank, &k));
+    double repl[5] = {0};
+    int32_t t[10] = {0};
+    float none[1];
+    int64_t rs[1] = {5}, ts[1] = {10}, es[2] = {0, 3};
+    sck_state *st = sck_state_new();
+    sck_state_add_replicated(st, "repl", SCK_F64, 1, rs, repl);
+    sck_state_add_replicated(st, "t", SCK_I32, 1, ts, t);
+    sck_state_add_replicated(st, "empty", SCK_F32, 2, es, none);
+    sck_state_add_blob(st, "blob", NULL, 0);
+    sck_state_add_blob(st, "empty_blob", NULL, 0);
+    sck_state_add_value(st, "cfg", NULL);
+    REQUIRE_OK(sck_load(NULL, dir, st, NULL));
+    CHECK(repl[0] == 1.5 && repl[1] == -2 && repl[3] == 4e10);
+    for (int i = 0; i < 10; i++) CHECK(t[i] == i);
+    const void *b;
+    size_t n;
+    CHECK_OK(sck_state_blob(st, "blob", &b, &n));
+    CHECK(n == 4 && !memcmp(b, "\0raw", 4));
+    CHECK_OK(sck_state_blob(st, "empty_blob", &b, &n));
+    CHECK(n == 0);
+    const sck_value *v = sck_state_value(st, "cfg");
+    CHECK(v && sck_value_get_float(sck_value_dict_get(v, "lr")) == 0.5);
+    CHECK(sck_state_loaded(st, "empty"));
+    sck_state_free(st);
+}
+
+TEST(async_coverage_error_comes_from_wait_on_every_rank) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    kinds k = {dir, 1, {0}, {0}, {{0}}};
+    sck_threads_run(2, kinds_rank, &k);
+    for (int r = 0; r < 2; r++) {
+        CHECK_OK(k.rc_async[r]);
+        CHECK(k.rc_wait[r] == SCK_ERR_COVERAGE);
+        CHECK(strstr(k.msg[r], "'t': the shards of all ranks do not cover the whole tensor") != NULL);
+        CHECK(!strcmp(k.msg[r], k.msg[0]));
+    }
+    CHECK(fx_count_siblings(dir) == 0);
+    CHECK(fx_load_version(dir, 0) == -1);
+}
