@@ -133,7 +133,9 @@ static void fill(uint8_t *p, uint64_t n) {
 
 /* ------------------------------------------------------------------ shardckpt runs */
 
-enum { OP_SAVE, OP_LOAD_ROWS, OP_LOAD_COLS };
+enum { OP_SAVE, OP_SAVE_DIRECT, OP_LOAD_ROWS, OP_LOAD_COLS, OP_ASYNC, OP_MEMCPY };
+
+#define MAX_RANKS 64
 
 typedef struct job {
     const layout *L;
@@ -142,6 +144,8 @@ typedef struct job {
     int op;
     double secs;
     char err[1024];
+    uint8_t *copy_to;         /* OP_MEMCPY: destination region, laid out like mem */
+    double stall[MAX_RANKS];  /* OP_ASYNC: each rank's time in its second sck_save_async */
 } job;
 
 static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n, int by_cols) {
@@ -166,6 +170,33 @@ static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n,
     return SCK_OK;
 }
 
+/* Two async saves through one handle (the second reuses the snapshot memory, as a training loop
+ * would); each rank's stall is the second sck_save_async. */
+static int async_saves(sck_comm *c, job *j, sck_state *st) {
+    int r = sck_comm_rank(c);
+    sck_async *h = sck_async_new();
+    int rc = h ? SCK_OK : SCK_ERR_NOMEM;
+    for (int it = 0; it < 2 && !rc; it++) {
+        rc = sck_comm_agree(c, rc);
+        double t0 = now_s();
+        if (!rc) rc = sck_save_async(h, c, j->dir, st, NULL);
+        j->stall[r] = now_s() - t0;
+        if (!rc) rc = sck_wait(h);
+    }
+    sck_async_free(h);
+    return rc;
+}
+
+/* The baseline of the async stall: every rank copies the bytes it would save into memory that is
+ * already faulted in (one memcpy of the state, with the same threads). */
+static int memcpy_rank(const layout *L, const uint8_t *src, uint8_t *dst, int r, int n) {
+    int64_t lo, hi;
+    split_range(L->rows, n, r, &lo, &hi);
+    uint64_t off = (uint64_t)lo * (uint64_t)L->cols * 4, len = (uint64_t)(hi - lo) * (uint64_t)L->cols * 4;
+    for (int t = 0; t < L->ntensors; t++) memcpy(dst + (uint64_t)t * L->tensor_bytes + off, src + (uint64_t)t * L->tensor_bytes + off, len);
+    return SCK_OK;
+}
+
 static int rank_fn(sck_comm *c, void *arg) {
     job *j = arg;
     int r = sck_comm_rank(c), n = sck_comm_size(c);
@@ -173,7 +204,17 @@ static int rank_fn(sck_comm *c, void *arg) {
     int rc = st ? add_boxes(st, j->L, j->mem, r, n, j->op == OP_LOAD_COLS) : SCK_ERR_NOMEM;
     rc = sck_comm_agree(c, rc); /* doubles as the start barrier */
     double t0 = now_s();
-    if (!rc) rc = j->op == OP_SAVE ? sck_save(c, j->dir, st, NULL) : sck_load(c, j->dir, st, NULL);
+    sck_save_opts so = {SCK_SAVE_DIRECT_IO, 0, {0}};
+    if (rc) {
+    } else if (j->op == OP_SAVE || j->op == OP_SAVE_DIRECT) {
+        rc = sck_save(c, j->dir, st, j->op == OP_SAVE_DIRECT ? &so : NULL);
+    } else if (j->op == OP_ASYNC) {
+        rc = async_saves(c, j, st);
+    } else if (j->op == OP_MEMCPY) {
+        rc = sck_comm_agree(c, memcpy_rank(j->L, j->mem, j->copy_to, r, n));
+    } else {
+        rc = sck_load(c, j->dir, st, NULL);
+    }
     if (r == 0) {
         j->secs = now_s() - t0;
         if (rc) snprintf(j->err, sizeof j->err, "%s", sck_last_error());
@@ -182,17 +223,34 @@ static int rank_fn(sck_comm *c, void *arg) {
     return rc;
 }
 
-static double run_sck(const layout *L, uint8_t *mem, int nranks, const char *dir, int op, uint64_t *rss_extra) {
-    job j = {L, mem, dir, op, 0, ""};
+static const char *op_name(int op) {
+    static const char *const names[] = {"save", "direct save", "load", "column load", "async save", "memcpy"};
+    return names[op];
+}
+
+/* Runs op on nranks thread-ranks; returns rank 0's seconds (OP_ASYNC: the longest stall), or -1. */
+static double run_sck_to(const layout *L, uint8_t *mem, uint8_t *copy_to, int nranks, const char *dir, int op, uint64_t *rss_extra) {
+    static job j; /* big (per-rank stalls); runs are sequential */
+    memset(&j, 0, sizeof j);
+    j.L = L, j.mem = mem, j.dir = dir, j.op = op, j.copy_to = copy_to;
     uint64_t base = rss_reset_peak();
     int rc = sck_threads_run(nranks, rank_fn, &j);
     uint64_t peak = rss_peak();
     if (rss_extra) *rss_extra = peak > base ? peak - base : 0;
     if (rc) {
-        fprintf(stderr, "bench: shardckpt %s with %d ranks failed: %s\n", op == OP_SAVE ? "save" : "load", nranks, j.err);
+        fprintf(stderr, "bench: shardckpt %s with %d ranks failed: %s\n", op_name(op), nranks, j.err);
         return -1;
     }
+    if (op == OP_ASYNC) {
+        double m = 0;
+        for (int r = 0; r < nranks && r < MAX_RANKS; r++) m = j.stall[r] > m ? j.stall[r] : m;
+        return m;
+    }
     return j.secs;
+}
+
+static double run_sck(const layout *L, uint8_t *mem, int nranks, const char *dir, int op, uint64_t *rss_extra) {
+    return run_sck_to(L, mem, NULL, nranks, dir, op, rss_extra);
 }
 
 /* Column-block loads: rank r's block of tensor t holds src[t][i][lo..hi) for every row i. */
@@ -286,7 +344,8 @@ static int reshard_ranks(int r) { return r <= 2 ? r + 1 : r * 3 / 4; }
 /* Times one shardckpt call from a cold cache (save: into a fresh directory; load: into a cleared
  * destination, verified afterwards against src). */
 static int sck_phase(const layout *L, const uint8_t *src, uint8_t *mem, int R, const char *dir, int op, meas *m) {
-    if (op == OP_SAVE) rm_dir(dir);
+    int saving = op == OP_SAVE || op == OP_SAVE_DIRECT || op == OP_ASYNC;
+    if (saving) rm_dir(dir);
     else memset(mem, 0, L->bytes);
     drop_caches();
     uint64_t rss;
@@ -294,7 +353,7 @@ static int sck_phase(const layout *L, const uint8_t *src, uint8_t *mem, int R, c
     if (t < 0) return -1;
     m->sck = best(m->sck, t);
     if (rss > m->rss) m->rss = rss;
-    if (op != OP_SAVE && verify(L, src, mem, op == OP_LOAD_COLS ? R : 0))
+    if (!saving && verify(L, src, mem, op == OP_LOAD_COLS ? R : 0))
         return fprintf(stderr, "bench: %s load with %d ranks returned wrong bytes\n", op == OP_LOAD_COLS ? "column" : "row", R), -1;
     return 0;
 }
@@ -318,7 +377,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     snprintf(raw, sizeof raw, "%s/raw", c->dir);
     snprintf(rawd, sizeof rawd, "%s/raw_direct", c->dir);
     int R2 = reshard_ranks(R), dio = raw_direct_ok(L, R), cols = L->ntensors <= 16 && R > 1;
-    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w;
+    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w, wd = w, as = w;
     int rc = 0;
     /* Repeats alternate which side goes first, so neither always inherits the other's writeback. */
     for (int rep = 0; rep < c->repeat && !rc; rep++) {
@@ -336,7 +395,15 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
         if (!rc) rc = sck_phase(L, src, dst, R2, ck, OP_LOAD_ROWS, &rs);
         if (!rc && cols) rc = raw_phase(L, dst, R, R, raw, 2, 0, &co.raw);
         if (!rc && cols) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_COLS, &co);
+        if (!rc && dio) rc = sck_phase(L, src, src, R, ck, OP_SAVE_DIRECT, &wd);
+        if (!rc) rc = sck_phase(L, src, src, R, ck, OP_ASYNC, &as);
+        if (!rc) { /* the stall's baseline, into memory already faulted in (dst) */
+            double t = run_sck_to(L, src, dst, R, ck, OP_MEMCPY, NULL);
+            if (t < 0) rc = -1;
+            as.raw = best(as.raw, t);
+        }
     }
+    wd.raw = w.rawd;
     rm_dir(raw), rm_dir(rawd), rm_dir(ck);
     if (rc) return rc;
     double ts = -1, tl = -1;
@@ -349,6 +416,8 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     line("load", L, rs1, &l, 0.9, tl);
     line("load-reshard", L, rs2, &rs, 0.8, -1);
     if (cols) line("load-cols", L, rs1, &co, 0, -1);
+    if (wd.sck > 0) line("save-direct", L, rs1, &wd, 0.9, -1);
+    line("async-stall", L, rs1, &as, 1 / 1.2, -1);
     return 0;
 }
 
