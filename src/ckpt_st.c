@@ -1,60 +1,24 @@
 /* ckpt_st.c - safetensors files (single file, or a Hugging Face sharded directory with
  * model.safetensors.index.json) opened as checkpoints: each tensor is one raw chunk. */
 #include <errno.h>
-#include <fcntl.h>
 #include <libgen.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "ckpt.h"
 #include "safetensors.h"
-
-#define MAX_HEADER (100u * 1000u * 1000u)
 
 /* Reads and parses the header of dir/name, adding its tensors to m. */
 static int add_st_file(ck_meta *m, const char *dir, const char *name) {
     char path[4096];
     int k = snprintf(path, sizeof path, "%s/%s", dir, name);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
-    struct stat sb;
-    uint8_t *buf = NULL;
     st_header h;
-    memset(&h, 0, sizeof h);
-    int rc = SCK_OK;
-    if (fstat(fd, &sb) != 0) {
-        rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat", path);
-        goto out;
-    }
-    uint64_t fsize = (uint64_t)sb.st_size;
-    uint8_t head[8];
-    if (fsize < 8) {
-        rc = sck_err(SCK_ERR_FORMAT, "%s: %llu bytes is too short for a safetensors file", path, (unsigned long long)fsize);
-        goto out;
-    }
-    if ((rc = sck_pread_full(fd, head, 8, 0, path))) goto out;
-    uint64_t hl = sck_le64(head);
-    if (hl > MAX_HEADER || hl > fsize - 8) {
-        rc = sck_err(SCK_ERR_FORMAT, "%s: header length %llu is invalid (file has %llu bytes)", path, (unsigned long long)hl,
-                     (unsigned long long)fsize);
-        goto out;
-    }
-    buf = malloc((size_t)hl + 8);
-    if (!buf) {
-        rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory for the header", path);
-        goto out;
-    }
-    if ((rc = sck_pread_full(fd, buf, (size_t)hl + 8, 0, path))) goto out;
-    uint64_t need = 0;
-    rc = st_parse_header(buf, (size_t)hl + 8, fsize, path, &h, &need);
-    if (rc == 1) rc = sck_err(SCK_ERR_FORMAT, "%s: header incomplete", path);
-    if (rc) goto out;
+    int rc = st_read_header_file(path, &h);
     uint32_t fi;
-    if ((rc = ck_meta_file(m, name, &fi))) goto out;
+    if (!rc) rc = ck_meta_file(m, name, &fi);
     for (size_t i = 0; i < h.n && !rc; i++) {
         const st_tensor *t = &h.t[i];
         ck_entry *e;
@@ -73,39 +37,20 @@ static int add_st_file(ck_meta *m, const char *dir, const char *name) {
         c.raw = 1;
         rc = ck_entry_add_chunk(e, &c);
     }
-out:
     st_header_free(&h);
-    free(buf);
-    close(fd);
     return rc;
 }
 
-static int plain_name(const char *s) { return *s && !strchr(s, '/') && strcmp(s, ".") && strcmp(s, ".."); }
-
 static int open_index(const char *dir, ck_meta *m) {
+    sck_value *idx;
+    const sck_value *wm;
+    int rc = st_read_index(dir, &idx, &wm);
+    if (rc) return rc;
     char path[4096];
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    uint8_t *text;
-    size_t n;
-    int rc = sck_read_file(path, &text, &n);
-    if (rc) return rc;
-    sck_value *idx = NULL;
-    rc = sck_value_from_json((const char *)text, n, &idx);
-    free(text);
-    if (rc) return sck_err_wrap(rc, "%s", path);
-    const sck_value *wm = sck_value_dict_get(idx, "weight_map");
-    if (!wm || sck_value_kind_of(wm) != SCK_VAL_DICT) {
-        sck_value_free(idx);
-        return sck_err(SCK_ERR_FORMAT, "%s: no weight_map object", path);
-    }
     /* Each distinct file once; then check that every mapped tensor is in the file it names. */
     for (size_t i = 0; i < sck_value_len(wm) && !rc; i++) {
-        const sck_value *f = sck_value_at(wm, i);
-        if (sck_value_kind_of(f) != SCK_VAL_STRING || !plain_name(sck_value_get_string(f, NULL))) {
-            rc = sck_err(SCK_ERR_FORMAT, "%s: weight_map['%s'] is not a plain file name", path, sck_value_key_at(wm, i));
-            break;
-        }
-        const char *fname = sck_value_get_string(f, NULL);
+        const char *fname = sck_value_get_string(sck_value_at(wm, i), NULL);
         int seen = 0;
         for (size_t j = 0; j < m->nfiles && !seen; j++) seen = !strcmp(m->files[j], fname);
         if (!seen) rc = add_st_file(m, dir, fname);

@@ -57,4 +57,10 @@ int st_read_header_file(const char *path, st_header *out);
  * the caller.  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_NOMEM. */
 int st_read_values(const char *path, sck_value **out);
 
+/* Reads dir/model.safetensors.index.json (the Hugging Face sharded layout).  On success *idx is the
+ * parsed index (caller frees) and *weight_map points into it: a dict whose every value is a plain
+ * file name (no '/', not "." or "..").  Errors: SCK_ERR_IO, SCK_ERR_FORMAT (naming the index file
+ * and the offending key), SCK_ERR_NOMEM. */
+int st_read_index(const char *dir, sck_value **idx, const sck_value **weight_map);
+
 #endif

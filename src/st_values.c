@@ -63,9 +63,12 @@ static int add_file_values(const char *path, sck_value *out) {
     return rc;
 }
 
-static int add_index_values(const char *dir, sck_value *out) {
+int st_read_index(const char *dir, sck_value **idx_out, const sck_value **wm_out) {
+    *idx_out = NULL;
+    *wm_out = NULL;
     char p[4096];
-    snprintf(p, sizeof p, "%s/%s", dir, ST_HF_INDEX);
+    int k = snprintf(p, sizeof p, "%s/%s", dir, ST_HF_INDEX);
+    if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
     uint8_t *text;
     size_t n;
     int rc = sck_read_file(p, &text, &n);
@@ -76,16 +79,32 @@ static int add_index_values(const char *dir, sck_value *out) {
     if (rc) return sck_err_wrap(rc, "%s", p);
     const sck_value *wm = sck_value_dict_get(idx, "weight_map");
     if (!wm || sck_value_kind_of(wm) != SCK_VAL_DICT) rc = sck_err(SCK_ERR_FORMAT, "%s: no weight_map object", p);
+    for (size_t i = 0; !rc && i < sck_value_len(wm); i++) {
+        const sck_value *f = sck_value_at(wm, i);
+        const char *name = sck_value_kind_of(f) == SCK_VAL_STRING ? sck_value_get_string(f, NULL) : NULL;
+        if (!name || !*name || strchr(name, '/') || !strcmp(name, ".") || !strcmp(name, ".."))
+            rc = sck_err(SCK_ERR_FORMAT, "%s: weight_map['%s'] is not a plain file name", p, sck_value_key_at(wm, i));
+    }
+    if (rc) {
+        sck_value_free(idx);
+        return rc;
+    }
+    *idx_out = idx;
+    *wm_out = wm;
+    return SCK_OK;
+}
+
+static int add_index_values(const char *dir, sck_value *out) {
+    sck_value *idx;
+    const sck_value *wm;
+    int rc = st_read_index(dir, &idx, &wm);
+    if (rc) return rc;
     /* Files in the order they first appear, each once. */
     for (size_t i = 0; !rc && i < sck_value_len(wm); i++) {
         const char *f = sck_value_get_string(sck_value_at(wm, i), NULL);
         int seen = 0;
         for (size_t j = 0; j < i && !seen; j++) seen = !strcmp(f, sck_value_get_string(sck_value_at(wm, j), NULL));
         if (seen) continue;
-        if (sck_value_kind_of(sck_value_at(wm, i)) != SCK_VAL_STRING || !*f || strchr(f, '/')) {
-            rc = sck_err(SCK_ERR_FORMAT, "%s: weight_map['%s'] is not a plain file name", p, sck_value_key_at(wm, i));
-            break;
-        }
         char fp[4096];
         int k = snprintf(fp, sizeof fp, "%s/%s", dir, f);
         rc = k < 0 || (size_t)k >= sizeof fp ? sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir) : add_file_values(fp, out);

@@ -208,7 +208,7 @@ TEST(hostile_safetensors_header_bombs) {
     unsigned char hdr[16] = {0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x00, 0x00, '{', '}'};
     REQUIRE(fx_write(f, hdr, sizeof hdr) == 0);
     sck_ckpt *ck = NULL;
-    CHECK_ERR(sck_ckpt_open(f, &ck), SCK_ERR_FORMAT, "header length 281474976710655 is invalid");
+    CHECK_ERR(sck_ckpt_open(f, &ck), SCK_ERR_FORMAT, "header length 281474976710655");
     sck_ckpt_close(ck);
     /* 100 MB declared, 16 bytes there */
     unsigned char hdr2[16] = {0x00, 0xe1, 0xf5, 0x05, 0, 0, 0, 0, '{', '}'};
