@@ -10,6 +10,7 @@
 #include "ckpt_fixture.h"
 #include "dcp_meta.h"
 #include "harness.h"
+#include "safetensors.h"
 
 /* dir/.metadata := the given pickle bytes (dir created). */
 static void put_metadata(const char *dir, const void *p, size_t n) {
@@ -239,4 +240,30 @@ TEST(hostile_safetensors_header_bombs) {
     free(s);
     CHECK_ERR(sck_ckpt_open(f, &ck), SCK_ERR_FORMAT, "bomb.safetensors");
     sck_ckpt_close(ck);
+}
+
+TEST(hostile_hf_index_with_non_string_or_escaping_file_names) {
+    static const char *const bad[] = {
+        "{\"weight_map\": {\"a\": \"x.safetensors\", \"b\": 5}}",
+        "{\"weight_map\": {\"a\": \"../x.safetensors\"}}",
+        "{\"weight_map\": {\"a\": \"..\"}}",
+        "{\"weight_map\": {\"a\": \"\"}}",
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        char dir[64], path[4300];
+        snprintf(dir, sizeof dir, "hfbad%zu", i);
+        const char *d = sub(dir);
+        char dcopy[4200];
+        snprintf(dcopy, sizeof dcopy, "%s", d);
+        REQUIRE(mkdir(dcopy, 0755) == 0);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dcopy);
+        FILE *f = fopen(path, "w");
+        REQUIRE(f);
+        fputs(bad[i], f);
+        fclose(f);
+        sck_ckpt *ck = NULL;
+        CHECK_ERR(sck_ckpt_open(dcopy, &ck), SCK_ERR_FORMAT, "is not a plain file name");
+        sck_value *v = NULL;
+        CHECK_ERR(st_read_values(dcopy, &v), SCK_ERR_FORMAT, "is not a plain file name");
+    }
 }
