@@ -413,3 +413,34 @@ TEST(cli_diff_reports_every_kind_of_change) {
     REQUIRE(RUN(args_of("diff -v %s %s", f.dir, tpath("a.safetensors"))) == 0);
     CHECK(strstr(g_out, "= model.mask") && strstr(g_out, "= other.rng"));
 }
+
+TEST(cli_verify_passes_a_good_checkpoint_and_names_a_corrupt_item) {
+    fixture f;
+    const char *dir = tpath("ckv");
+    make_fixture(&f, dir);
+    CHECK(RUN(args_of("verify '%s'%s", dir, "")) == 0);
+    /* Flip one payload byte of the 2x6 float block rank 1 wrote (its file holds only its own boxes). */
+    char data[PATH_MAX];
+    snprintf(data, sizeof data, "%s/__1_0.distcp", dir);
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long ei = sck_ckpt_find(ck, "model.layers.0.weight");
+    REQUIRE(ei >= 0);
+    sck_chunk_info ci;
+    int found = 0;
+    for (size_t j = 0; !found && sck_ckpt_chunk(ck, (size_t)ei, j, &ci) == SCK_OK; j++) found = !strcmp(ci.file, "__1_0.distcp");
+    sck_ckpt_close(ck);
+    REQUIRE(found);
+    FILE *fp = fopen(data, "r+b");
+    REQUIRE(fp);
+    /* a byte in the middle of the item: every byte of it is covered by the item's CRC-32C */
+    long pos = (long)(ci.offset + ci.length / 2);
+    fseek(fp, pos, SEEK_SET);
+    int c = fgetc(fp);
+    fseek(fp, pos, SEEK_SET);
+    fputc(c ^ 0x10, fp);
+    fclose(fp);
+    CHECK(RUN(args_of("verify '%s'%s", dir, "")) == 1);
+    CHECK(strstr(g_err, "__1_0.distcp") != NULL);
+    CHECK(strstr(g_err, "model.layers.0.weight") != NULL);
+}
