@@ -133,7 +133,7 @@ static void fill(uint8_t *p, uint64_t n) {
 
 /* ------------------------------------------------------------------ shardckpt runs */
 
-enum { OP_SAVE, OP_SAVE_DIRECT, OP_LOAD_ROWS, OP_LOAD_COLS, OP_ASYNC, OP_MEMCPY };
+enum { OP_SAVE, OP_SAVE_DIRECT, OP_LOAD_ROWS, OP_LOAD_COLS, OP_ASYNC, OP_MEMCPY, OP_LOAD_DIRECT };
 
 #define MAX_RANKS 64
 
@@ -213,7 +213,8 @@ static int rank_fn(sck_comm *c, void *arg) {
     } else if (j->op == OP_MEMCPY) {
         rc = sck_comm_agree(c, memcpy_rank(j->L, j->mem, j->copy_to, r, n));
     } else {
-        rc = sck_load(c, j->dir, st, NULL);
+        sck_load_opts lo = {j->op == OP_LOAD_DIRECT ? SCK_LOAD_DIRECT_IO : 0, {0}};
+        rc = sck_load(c, j->dir, st, &lo);
     }
     if (r == 0) {
         j->secs = now_s() - t0;
@@ -224,7 +225,7 @@ static int rank_fn(sck_comm *c, void *arg) {
 }
 
 static const char *op_name(int op) {
-    static const char *const names[] = {"save", "direct save", "load", "column load", "async save", "memcpy"};
+    static const char *const names[] = {"save", "direct save", "load", "column load", "async save", "memcpy", "direct load"};
     return names[op];
 }
 
@@ -377,7 +378,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     snprintf(raw, sizeof raw, "%s/raw", c->dir);
     snprintf(rawd, sizeof rawd, "%s/raw_direct", c->dir);
     int R2 = reshard_ranks(R), dio = raw_direct_ok(L, R), cols = L->ntensors <= 16 && R > 1;
-    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w, wd = w, as = w;
+    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w, wd = w, as = w, ld = w;
     int rc = 0;
     /* Repeats alternate which side goes first, so neither always inherits the other's writeback. */
     for (int rep = 0; rep < c->repeat && !rc; rep++) {
@@ -395,6 +396,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
         if (!rc) rc = sck_phase(L, src, dst, R2, ck, OP_LOAD_ROWS, &rs);
         if (!rc && cols) rc = raw_phase(L, dst, R, R, raw, 2, 0, &co.raw);
         if (!rc && cols) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_COLS, &co);
+        if (!rc && dio) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_DIRECT, &ld);
         if (!rc && dio) rc = sck_phase(L, src, src, R, ck, OP_SAVE_DIRECT, &wd);
         if (!rc) rc = sck_phase(L, src, src, R, ck, OP_ASYNC, &as);
         if (!rc) { /* the stall's baseline, into memory already faulted in (dst) */
@@ -404,6 +406,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
         }
     }
     wd.raw = w.rawd;
+    ld.raw = l.rawd;
     rm_dir(raw), rm_dir(rawd), rm_dir(ck);
     if (rc) return rc;
     double ts = -1, tl = -1;
@@ -417,6 +420,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     line("load-reshard", L, rs2, &rs, 0.8, -1);
     if (cols) line("load-cols", L, rs1, &co, 0, -1);
     if (wd.sck > 0) line("save-direct", L, rs1, &wd, 0.9, -1);
+    if (ld.sck > 0) line("load-direct", L, rs1, &ld, 0.9, -1);
     line("async-stall", L, rs1, &as, 1 / 1.2, -1);
     return 0;
 }

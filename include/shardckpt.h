@@ -408,6 +408,13 @@ typedef struct sck_load_opts {
  *  checked once against the checksum in `.metadata` (checkpoints without
  *  checksums, e.g. torch-written, are read unchecked). */
 #define SCK_LOAD_NO_VERIFY 0x4u
+/** Read long runs of tensor data with O_DIRECT, straight from the disk into
+ *  the caller's buffers, bypassing the page cache.  Used where the saved
+ *  payload and the destination are equally aligned to 4 KiB (shardckpt saves
+ *  payloads of 256 KiB and more page-aligned; a buffer from mmap or
+ *  aligned_alloc(4096, ...) is); everything else is read buffered.  Faster
+ *  from a cold cache, slower when the checkpoint is still in the cache. */
+#define SCK_LOAD_DIRECT_IO 0x8u
 
 /**
  * Loads checkpoint `dir` into the state of every rank: each tensor box /

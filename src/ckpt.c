@@ -20,6 +20,7 @@
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
 #define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
+#define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     if (!ck->res) return;
@@ -33,6 +34,8 @@ void sck_ckpt_close(sck_ckpt *ck) {
     if (ck->files) {
         for (size_t i = 0; i < ck->m.nfiles; i++)
             if (ck->files[i].fd >= 0) close(ck->files[i].fd);
+        for (size_t i = 0; i < ck->m.nfiles; i++)
+            if (ck->files[i].dfd >= 0) close(ck->files[i].dfd);
     }
     free(ck->files);
     rc_free(&ck->rc);
@@ -81,7 +84,7 @@ int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
         sck_ckpt_close(ck);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
-    for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = -1;
+    for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = ck->files[i].dfd = -1;
     rc_init(&ck->rc);
     ck->verify = 1;
     int rc = check_overlaps(ck);
@@ -411,6 +414,36 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
     return rc;
 }
 
+/* The O_DIRECT descriptor of file fi, or -1 where the file system refuses O_DIRECT (or the path no
+ * longer names the file already open: then buffered reads go on from the first descriptor). */
+static int direct_fd(sck_ckpt *ck, uint32_t fi) {
+    ck_file *f = &ck->files[fi];
+    if (f->dfd == -1) {
+        f->dfd = -2;
+        char p[4096];
+        int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
+        int d = k > 0 && (size_t)k < sizeof p ? open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT) : -1;
+        struct stat a, b;
+        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->dfd = d;
+        else if (d >= 0) close(d);
+    }
+    return f->dfd >= 0 ? f->dfd : -1;
+}
+
+/* Reads a long run into dst: the page-aligned middle with O_DIRECT when asked for and possible (file
+ * offset and memory equally misaligned), the ends and everything else buffered. */
+static int read_long(sck_ckpt *ck, uint32_t fi, uint8_t *d, uint64_t n, uint64_t abs, const char *what) {
+    int fd = ck->files[fi].fd, dfd;
+    uint64_t head = (WS_DIO_ALIGN - abs % WS_DIO_ALIGN) % WS_DIO_ALIGN;
+    if (!ck->direct || (uintptr_t)d % WS_DIO_ALIGN != abs % WS_DIO_ALIGN || n < head + WS_DIO_ALIGN || (dfd = direct_fd(ck, fi)) < 0)
+        return sck_pread_full(fd, d, n, abs, what);
+    uint64_t mid = (n - head) / WS_DIO_ALIGN * WS_DIO_ALIGN;
+    int rc = head ? sck_pread_full(fd, d, head, abs, what) : SCK_OK;
+    if (!rc) rc = sck_pread_full(dfd, d + head, mid, abs + head, what);
+    if (!rc && n > head + mid) rc = sck_pread_full(fd, d + head + mid, n - head - mid, abs + head + mid, what);
+    return rc;
+}
+
 /* Copies runs of one chunk from the file into the destination: long runs straight into it, short
  * ones through the checkpoint's windows. */
 typedef struct run_ctx {
@@ -437,7 +470,7 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
     uint8_t *d = r->dst + dst_off;
     int rc;
     if (nbytes >= DIRECT_RUN) {
-        rc = sck_pread_full(r->ird->fd, d, nbytes, abs, r->ird->what);
+        rc = read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
     } else {
         const uint8_t *p;
         rc = item_view(r->ird, abs, nbytes, &p);

@@ -15,6 +15,7 @@ typedef struct ck_res {
 
 typedef struct ck_file {
     int fd;                         /* -1 until opened */
+    int dfd;                        /* the same file with O_DIRECT: -1 until opened, -2 unavailable */
     uint64_t size;
 } ck_file;
 
@@ -25,6 +26,7 @@ struct sck_ckpt {
     ck_res **res;                   /* per entry, per chunk; allocated lazily */
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */
+    int direct;                     /* read long page-aligned runs with O_DIRECT (SCK_LOAD_DIRECT_IO) */
     rcache rc;                      /* windows for headers, small items and short runs */
 };
 

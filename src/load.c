@@ -147,6 +147,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     int rc = open_collective(comm, dir, &ck);
     if (rc) return rc;
     ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
+    ck->direct = !!(flags & SCK_LOAD_DIRECT_IO);
     int local = load_local(ck, st, flags);
     sck_ckpt_close(ck);
     return comm_agree(comm, local);
@@ -157,7 +158,7 @@ int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts
     unsigned flags = opts ? opts->flags : 0;
     int bad = SCK_OK;
     if (!dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
-    else if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY))
+    else if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY | SCK_LOAD_DIRECT_IO))
         bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
     /* A bad argument on one rank must reach the others, which are already in the first collective. */
     if (bad) return comm ? comm_agree(comm, bad) : bad;
