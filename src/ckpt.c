@@ -21,6 +21,8 @@
 #define MAX_PKL (64u << 20)
 #define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
 #define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
+#define PIPE_MIN (1u << 20)          /* ranges this long are read ahead on the pipe's thread */
+#define PREFETCH_AHEAD (64u << 20)   /* of a large item, asked of the kernel before it is needed */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     if (!ck->res) return;
@@ -34,15 +36,19 @@ void sck_ckpt_close(sck_ckpt *ck) {
     if (ck->files) {
         for (size_t i = 0; i < ck->m.nfiles; i++)
             if (ck->files[i].fd >= 0) close(ck->files[i].fd);
-        for (size_t i = 0; i < ck->m.nfiles; i++)
+        for (size_t i = 0; i < ck->m.nfiles; i++) {
             if (ck->files[i].dfd >= 0) close(ck->files[i].dfd);
+            if (ck->files[i].sfd >= 0) close(ck->files[i].sfd);
+        }
     }
     free(ck->files);
     rc_free(&ck->rc);
+    rp_free(ck->rp);
     ckpt_free_res(ck);
     ck_meta_free(&ck->m);
     free(ck->dir);
     free(ck->order);
+    free(ck->spans);
     free(ck);
 }
 
@@ -84,7 +90,7 @@ int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
         sck_ckpt_close(ck);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
-    for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = ck->files[i].dfd = -1;
+    for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = ck->files[i].dfd = ck->files[i].sfd = -1;
     rc_init(&ck->rc);
     ck->verify = 1;
     int rc = check_overlaps(ck);
@@ -380,6 +386,65 @@ static int crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) 
                    (unsigned long long)c->offset, (unsigned long long)(c->offset + c->length), crc, c->crc32c);
 }
 
+/* Consecutive pieces of item bytes [pos, end): long ranges come from the read-ahead pipe (the next
+ * slice is read while this one is used), short ones from the windows. */
+typedef struct span_it {
+    item_rd *ird;
+    uint64_t pos, end;
+    int piped;
+} span_it;
+
+static void span_begin(span_it *it, item_rd *ird, uint64_t from, uint64_t to) {
+    sck_ckpt *ck = ird->ck;
+    it->ird = ird;
+    it->pos = from;
+    it->end = to;
+    it->piped = 0;
+    if (to - from < PIPE_MIN || ck->rp_failed) return;
+    if (!ck->rp && rp_new(&ck->rp) != SCK_OK) {
+        ck->rp_failed = 1; /* no thread: the windows do the job, without the overlap */
+        return;
+    }
+    it->piped = rp_start(ck->rp, ird->fd, -1, from, to - from, NULL, ird->what) == SCK_OK;
+}
+
+static int span_next(span_it *it, const uint8_t **p, uint64_t *n) {
+    if (it->piped) return rp_next(it->ird->ck->rp, p, n);
+    *p = NULL;
+    *n = 0;
+    if (it->pos >= it->end) return SCK_OK;
+    uint64_t k = it->end - it->pos < RC_CAP ? it->end - it->pos : RC_CAP, lo, hi;
+    fill_range(it->ird->c, it->ird->fsize, it->pos, k, &lo, &hi);
+    if (hi - it->pos < k) k = hi - it->pos;
+    int rc = rc_get(&it->ird->ck->rc, it->ird->fd, it->pos, k, lo, hi, it->ird->what, p);
+    if (rc) return rc;
+    *n = k;
+    it->pos += k;
+    return SCK_OK;
+}
+
+/* Stops a span left before its end (after an error). */
+static void span_end(span_it *it) {
+    if (it->piped) rp_finish(it->ird->ck->rp);
+}
+
+/* CRC-32C of item bytes [from, to), continuing from *crc. */
+static int crc_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc) {
+    span_it it;
+    span_begin(&it, ird, from, to);
+    for (;;) {
+        const uint8_t *p;
+        uint64_t n;
+        int rc = span_next(&it, &p, &n);
+        if (rc) {
+            span_end(&it);
+            return rc;
+        }
+        if (!n) return SCK_OK;
+        *crc = sck_crc32c(*crc, p, (size_t)n);
+    }
+}
+
 int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
@@ -390,25 +455,14 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
     int rc = get_file(ck, c->file, &fd, &fsize);
     if (rc || (rc = check_window(ck, e, c, fsize))) return rc;
     item_rd ird = {ck, fd, c, fsize, what};
-    uint64_t end = c->offset + c->length, pos = c->offset;
+    uint64_t end = c->offset + c->length;
     uint32_t crc = 0;
-    while (pos < end && !rc) {
-        if (known && pos >= known_off && pos < known_off + known_len) {
-            uint64_t k = known_off + known_len - pos;
-            if (k > end - pos) k = end - pos;
-            crc = sck_crc32c(crc, known + (pos - known_off), (size_t)k);
-            pos += k;
-            continue;
-        }
-        /* The rest is read through the windows: no buffer of our own, and small items are already there. */
-        uint64_t k = end - pos < RC_CAP ? end - pos : RC_CAP;
-        if (known && known_off > pos && known_off - pos < k) k = known_off - pos;
-        uint64_t lo, hi;
-        fill_range(c, fsize, pos, k, &lo, &hi);
-        if (hi - pos < k) k = hi - pos;
-        const uint8_t *p;
-        if (!(rc = rc_get(&ck->rc, fd, pos, k, lo, hi, ird.what, &p))) crc = sck_crc32c(crc, p, (size_t)k);
-        pos += k;
+    if (!known || known_off < c->offset || known_off + known_len > end) {
+        rc = crc_span(&ird, c->offset, end, &crc);
+    } else { /* before the known bytes, the known bytes, after them */
+        rc = crc_span(&ird, c->offset, known_off, &crc);
+        crc = sck_crc32c(crc, known, (size_t)known_len);
+        if (!rc) rc = crc_span(&ird, known_off + known_len, end, &crc);
     }
     if (!rc && c->has_crc && crc != c->crc32c) rc = crc_mismatch(ck, ei, ci, crc);
     return rc;
@@ -430,10 +484,26 @@ static int direct_fd(sck_ckpt *ck, uint32_t fi) {
     return f->dfd >= 0 ? f->dfd : -1;
 }
 
+/* The descriptor long runs are read through: a second one on the same file (checked to be the same
+ * file), or the first one if that cannot be had. */
+static int stream_fd(sck_ckpt *ck, uint32_t fi) {
+    ck_file *f = &ck->files[fi];
+    if (f->sfd == -1) {
+        f->sfd = -2;
+        char p[4096];
+        int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
+        int d = k > 0 && (size_t)k < sizeof p ? open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        struct stat a, b;
+        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->sfd = d;
+        else if (d >= 0) close(d);
+    }
+    return f->sfd >= 0 ? f->sfd : f->fd;
+}
+
 /* Reads a long run into dst: the page-aligned middle with O_DIRECT when asked for and possible (file
  * offset and memory equally misaligned), the ends and everything else buffered. */
 static int read_long(sck_ckpt *ck, uint32_t fi, uint8_t *d, uint64_t n, uint64_t abs, const char *what) {
-    int fd = ck->files[fi].fd, dfd;
+    int fd = stream_fd(ck, fi), dfd;
     uint64_t head = (WS_DIO_ALIGN - abs % WS_DIO_ALIGN) % WS_DIO_ALIGN;
     if (!ck->direct || (uintptr_t)d % WS_DIO_ALIGN != abs % WS_DIO_ALIGN || n < head + WS_DIO_ALIGN || (dfd = direct_fd(ck, fi)) < 0)
         return sck_pread_full(fd, d, n, abs, what);
@@ -511,20 +581,28 @@ static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
 static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     item_rd *ird = rx->ird;
-    uint64_t pos = c->offset, end = c->offset + c->length;
+    uint64_t pos = c->offset;
     uint32_t crc = 0;
     size_t k = 0;
     uint64_t done = 0; /* bytes of run k already copied */
-    while (pos < end) {
-        uint64_t lo, hi, len = end - pos < RC_CAP ? end - pos : RC_CAP;
-        fill_range(c, ird->fsize, pos, len, &lo, &hi);
-        if (hi - pos < len) len = hi - pos;
+    span_it it;
+    span_begin(&it, ird, c->offset, c->offset + c->length);
+    for (;;) {
         const uint8_t *p;
-        int rc = rc_get(&ck->rc, ird->fd, pos, len, lo, hi, ird->what, &p);
-        if (rc) return rc;
+        uint64_t len;
+        int rc = span_next(&it, &p, &len);
+        if (rc) {
+            span_end(&it);
+            return rc;
+        }
+        if (!len) break;
         crc = sck_crc32c(crc, p, (size_t)len);
         while (k < l->n) {
             uint64_t a = rx->base + l->r[k][0] + done, left = l->r[k][2] - done;
+            if (a < pos) { /* only a view reaching before its own item gets here */
+                span_end(&it);
+                return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
+            }
             if (a >= pos + len) break;
             uint64_t take = pos + len - a < left ? pos + len - a : left;
             memcpy(rx->dst + l->r[k][1] + done, p + (a - pos), take);
@@ -538,6 +616,75 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
     }
     if (k < l->n) return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
     return crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+}
+
+/* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
+ * ahead slice by slice (with O_DIRECT where asked for and aligned) while the slices before are
+ * checksummed; the item's other bytes are checksummed around it. */
+static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    if (!ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
+    if (!ck->rp) { /* no thread: read, then check */
+        int rc = read_long(ck, c->file, d, len, abs, ird->what);
+        return rc ? rc : ckpt_check_item(ck, ei, ci, d, abs, len);
+    }
+    uint32_t crc = 0;
+    int rc = crc_span(ird, c->offset, abs, &crc);
+    if (!rc) rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
+    for (uint64_t got = 0; !rc && got < len;) {
+        const uint8_t *p;
+        uint64_t n;
+        if ((rc = rp_next(ck->rp, &p, &n))) break;
+        if (!n) {
+            rc = sck_err(SCK_ERR_IO, "%s: read ahead stopped at %llu of %llu bytes", ird->what, (unsigned long long)got,
+                         (unsigned long long)len);
+            break;
+        }
+        crc = sck_crc32c(crc, p, (size_t)n);
+        got += n;
+    }
+    if (rc) {
+        rp_finish(ck->rp);
+        return rc;
+    }
+    if ((rc = crc_span(ird, abs + len, c->offset + c->length, &crc))) return rc;
+    return c->has_crc && crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+}
+
+static int cmp_span(const void *a, const void *b) {
+    const ck_span *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Asks the kernel to start reading the head (headers and first MiBs) and the tail (zip directory) of
+ * the item after c in its file: reading a large item begins with small reads far apart, and without
+ * this each one waits for the disk and breaks the read-ahead of the payload. */
+static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
+    if (!ck->spans) {
+        size_t n = 0;
+        for (size_t i = 0; i < ck->m.n; i++) n += ck->m.e[i].nchunks;
+        if (!(ck->spans = malloc((n ? n : 1) * sizeof *ck->spans))) return; /* only a hint */
+        for (size_t i = 0; i < ck->m.n; i++)
+            for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
+                const ck_chunk *x = &ck->m.e[i].chunks[k];
+                ck->spans[ck->nspans++] = (ck_span){x->file, x->offset, x->length};
+            }
+        qsort(ck->spans, ck->nspans, sizeof *ck->spans, cmp_span);
+    }
+    size_t lo = 0, hi = ck->nspans; /* first span of c's file starting at or after c's end */
+    ck_span key = {c->file, c->offset + c->length, 0};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp_span(&ck->spans[mid], &key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    if (lo >= ck->nspans || ck->spans[lo].file != c->file) return;
+    const ck_span *nx = &ck->spans[lo];
+    int fd = ck->files[c->file].fd;
+    uint64_t head = nx->len < PREFETCH_AHEAD ? nx->len : PREFETCH_AHEAD; /* its headers and first slices */
+    posix_fadvise(fd, (off_t)nx->off, (off_t)head, POSIX_FADV_WILLNEED); /* advice only */
+    if (nx->len > HEAD_BYTES) posix_fadvise(fd, (off_t)(nx->off + nx->len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
 }
 
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
@@ -557,6 +704,13 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
     run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap};
+    if (c->length > SMALL_ITEM) {
+        /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
+         * (its start follows the headers, so the kernel does not see a sequential stream). */
+        posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
+                      POSIX_FADV_WILLNEED); /* advice only */
+        prefetch_next(ck, c);
+    }
     int check = ck->verify && c->has_crc && !r->verified;
     if (!check) return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
     /* Checksums cover whole items.  One run (a row block, the same sharding as the save): read it,
@@ -565,8 +719,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
     if (l.n == 1 && !r->swap) {
-        rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len);
-        if (!rc) rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
+        if (l.first_len >= DIRECT_RUN) rc = read_run_checked(ck, ei, ci, &ird, (uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
+        else if (!(rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len)))
+            rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
         r->verified = !rc;
         return rc;
     }

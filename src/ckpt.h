@@ -4,6 +4,7 @@
 
 #include "dcp_meta.h"
 #include "rcache.h"
+#include "rpipe.h"
 
 typedef struct ck_res {
     int done;
@@ -13,8 +14,16 @@ typedef struct ck_res {
     int verified;                   /* the item's bytes matched its CRC-32C */
 } ck_res;
 
+/* Where an item lies: the index of items by file and offset finds the one after a given item. */
+typedef struct ck_span {
+    uint32_t file;
+    uint64_t off, len;
+} ck_span;
+
 typedef struct ck_file {
-    int fd;                         /* -1 until opened */
+    int fd;                         /* -1 until opened; headers, windows and checks read through it */
+    int sfd;                        /* the same file again, for long runs of tensor data: a read-ahead
+                                     * state of their own, not reset by the header reads between them */
     int dfd;                        /* the same file with O_DIRECT: -1 until opened, -2 unavailable */
     uint64_t size;
 } ck_file;
@@ -28,6 +37,10 @@ struct sck_ckpt {
     int verify;                     /* check CRC-32Cs when reading (default on) */
     int direct;                     /* read long page-aligned runs with O_DIRECT (SCK_LOAD_DIRECT_IO) */
     rcache rc;                      /* windows for headers, small items and short runs */
+    rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
+    int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
+    ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */
+    size_t nspans;
 };
 
 /* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */
