@@ -494,8 +494,12 @@ static int stream_fd(sck_ckpt *ck, uint32_t fi) {
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
         int d = k > 0 && (size_t)k < sizeof p ? open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
         struct stat a, b;
-        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->sfd = d;
-        else if (d >= 0) close(d);
+        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+            f->sfd = d;
+            posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL); /* advice only: a larger read-ahead window */
+        } else if (d >= 0) {
+            close(d);
+        }
     }
     return f->sfd >= 0 ? f->sfd : f->fd;
 }
@@ -682,7 +686,9 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
     if (lo >= ck->nspans || ck->spans[lo].file != c->file) return;
     const ck_span *nx = &ck->spans[lo];
     int fd = ck->files[c->file].fd;
-    uint64_t head = nx->len < PREFETCH_AHEAD ? nx->len : PREFETCH_AHEAD; /* its headers and first slices */
+    /* Its headers and first slices; with O_DIRECT only the headers: cached pages in the way of a direct
+     * read must be written back and dropped first, which would cost more than it saves. */
+    uint64_t ahead = ck->direct ? HEAD_BYTES : PREFETCH_AHEAD, head = nx->len < ahead ? nx->len : ahead;
     posix_fadvise(fd, (off_t)nx->off, (off_t)head, POSIX_FADV_WILLNEED); /* advice only */
     if (nx->len > HEAD_BYTES) posix_fadvise(fd, (off_t)(nx->off + nx->len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
 }
@@ -707,8 +713,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     if (c->length > SMALL_ITEM) {
         /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
          * (its start follows the headers, so the kernel does not see a sequential stream). */
-        posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
-                      POSIX_FADV_WILLNEED); /* advice only */
+        if (!ck->direct)
+            posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
+                          POSIX_FADV_WILLNEED); /* advice only */
         prefetch_next(ck, c);
     }
     int check = ck->verify && c->has_crc && !r->verified;

@@ -27,7 +27,8 @@ void io_hook_set(io_hook_fn fn, void *ctx) {
 }
 
 const char *io_kind_name(io_kind kind) {
-    static const char *const names[IO_NKINDS] = {"open", "pwrite", "fsync", "close", "rename", "exchange", "mkdir", "unlink", "rmdir"};
+    static const char *const names[IO_NKINDS] = {"open", "pwrite", "fsync", "close", "rename", "exchange", "mkdir", "unlink", "rmdir",
+                                                 "truncate"};
     return kind < IO_NKINDS ? names[kind] : "?";
 }
 
@@ -76,6 +77,10 @@ int io_unlink(const char *path) {
 
 int io_rmdir(const char *path) {
     return hooked(IO_RMDIR, path) ? -1 : rmdir(path);
+}
+
+int io_ftruncate(int fd, uint64_t size, const char *path) {
+    return hooked(IO_TRUNCATE, path) ? -1 : ftruncate(fd, (off_t)size);
 }
 
 /* pwrite looping over short writes; one hook call per request. */

@@ -24,6 +24,7 @@ struct wstream {
     int fd;
     char *path;
     int direct, do_fsync;
+    int reserved;          /* blocks were reserved past the end: trim them at close */
     uint64_t pos;          /* bytes appended */
 
     /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread */
@@ -254,7 +255,8 @@ static int finish(wstream *w, int hard) {
     int rc = w->status;
     if (rc) sck_err_set_raw(w->errmsg);
     if (w->fd >= 0) {
-        if (!rc && !hard && w->direct && ftruncate(w->fd, (off_t)w->pos) != 0) /* drop the alignment padding */
+        /* Drop the alignment padding of O_DIRECT and the reservation beyond what was written. */
+        if (!rc && !hard && (w->direct || w->reserved) && io_ftruncate(w->fd, w->pos, w->path) != 0)
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot truncate to %llu bytes", w->path, (unsigned long long)w->pos);
         if (!rc && !hard && w->do_fsync && io_fsync(w->fd, w->path) != 0)
             rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
@@ -320,6 +322,8 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
         return sck_err_errno(SCK_ERR_IO, e, "%s: cannot create", path);
     }
     w->wb_on = !w->direct && w->do_fsync;
+    /* Advice only: where the file system cannot reserve, the writes allocate as they go. */
+    if (o && o->expect && fallocate(w->fd, FALLOC_FL_KEEP_SIZE, 0, (off_t)o->expect) == 0) w->reserved = 1;
     if (pthread_mutex_init(&w->mu, NULL)) goto nothread;
     if (pthread_cond_init(&w->work, NULL)) {
         pthread_mutex_destroy(&w->mu);

@@ -31,7 +31,7 @@ static int append_mix(wstream *w, const uint8_t *src, size_t *total) {
     return SCK_OK;
 }
 
-static void check_mode(int direct, int do_fsync, uint64_t stage) {
+static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect) {
     const char *dir = th_tmpdir();
     char path[4096];
     snprintf(path, sizeof path, "%s/f.bin", dir);
@@ -40,7 +40,7 @@ static void check_mode(int direct, int do_fsync, uint64_t stage) {
     uint8_t *src = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     REQUIRE(src != MAP_FAILED);
     th_fill(src, cap, 7 + (uint64_t)direct);
-    ws_opts o = {stage, 2, direct, do_fsync};
+    ws_opts o = {stage, 2, direct, do_fsync, expect};
     wstream *w = NULL;
     REQUIRE_OK(ws_open(&w, path, &o));
     size_t total = 0;
@@ -51,13 +51,18 @@ static void check_mode(int direct, int do_fsync, uint64_t stage) {
     REQUIRE(got);
     CHECK(n == total);
     CHECK(n == total && memcmp(got, src, total) == 0);
+    struct stat sb;
+    CHECK(stat(path, &sb) == 0 && (uint64_t)sb.st_blocks * 512 < total + (1u << 20)); /* the reservation was given back */
     free(got);
     munmap(src, cap);
 }
 
-TEST(wstream_buffered_mixed_appends_exact) { check_mode(0, 1, 64 << 10); }
-TEST(wstream_buffered_no_fsync_default_stage) { check_mode(0, 0, 0); }
-TEST(wstream_direct_mixed_appends_exact_and_truncated) { check_mode(1, 1, 64 << 10); }
+TEST(wstream_buffered_mixed_appends_exact) { check_mode(0, 1, 64 << 10, 0); }
+TEST(wstream_buffered_no_fsync_default_stage) { check_mode(0, 0, 0, 0); }
+TEST(wstream_direct_mixed_appends_exact_and_truncated) { check_mode(1, 1, 64 << 10, 0); }
+/* 64 MiB reserved for about 5 MiB written: the file ends where the writes end. */
+TEST(wstream_reservation_trimmed_at_close) { check_mode(0, 1, 64 << 10, 64u << 20); }
+TEST(wstream_direct_reservation_trimmed_at_close) { check_mode(1, 1, 64 << 10, 64u << 20); }
 
 /* Larger than the writeback window, so streaming writeback and page dropping run. */
 TEST(wstream_buffered_streams_writeback_over_windows) {
@@ -68,7 +73,7 @@ TEST(wstream_buffered_streams_writeback_over_windows) {
     uint8_t *src = malloc(piece);
     REQUIRE(src);
     th_fill(src, piece, 11);
-    ws_opts o = {1 << 20, 2, 0, 1};
+    ws_opts o = {1 << 20, 2, 0, 1, 0};
     wstream *w = NULL;
     REQUIRE_OK(ws_open(&w, path, &o));
     for (size_t i = 0; i < count; i++) {
@@ -113,7 +118,7 @@ TEST(wstream_writer_error_reaches_caller) {
     size_t n = 4 << 20;
     uint8_t *src = calloc(1, n);
     wstream *w = NULL;
-    int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1}) : SCK_ERR_NOMEM;
+    int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1, 0}) : SCK_ERR_NOMEM;
     for (int i = 0; i < 4 && rc == SCK_OK; i++) rc = ws_append(w, src, n, i % 2);
     if (w && rc == SCK_OK) {
         rc = ws_close(w);
