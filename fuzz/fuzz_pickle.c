@@ -1,7 +1,5 @@
 /* fuzz_pickle.c - libFuzzer entry point for the pickle reader: any input must parse or fail cleanly.
- * Build: clang -std=c11 -D_GNU_SOURCE -g -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
- *          fuzz/fuzz_pickle.c src/pickle.c src/util.c -o /tmp/fuzz_pickle
- * Run:   /tmp/fuzz_pickle -max_total_time=60 CORPUS_DIR */
+ * Build: make fuzz (see the Makefile); run: build/fuzz/fuzz_pickle -max_total_time=60 fuzz/corpus/pickle */
 #include <stddef.h>
 #include <stdint.h>
 

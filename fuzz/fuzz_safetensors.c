@@ -1,8 +1,6 @@
 /* fuzz_safetensors.c - libFuzzer target: st_parse_header over arbitrary bytes taken as a whole file.
- * Build and run (from the repository root):
- *   clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
- *     fuzz/fuzz_safetensors.c src/safetensors.c src/json.c src/value.c src/util.c -lz -lm -o /tmp/fuzz_st
- *   /tmp/fuzz_st -max_total_time=60 -max_len=4096
+ * Build: make fuzz (see the Makefile); run: build/fuzz/fuzz_safetensors -max_total_time=60 -max_len=4096
+ *   fuzz/corpus/safetensors
  * Successful parses are rebuilt with st_build_header and parsed again, which must give the same tensors. */
 #include <stdint.h>
 #include <stdlib.h>

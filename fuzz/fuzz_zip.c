@@ -2,8 +2,7 @@
  *
  * Any input must either be rejected with an error status or yield records whose payloads lie inside
  * the window; an accepted directory, written again by our writer, must read back the same.
- * Build: clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
- *          fuzz/fuzz_zip.c src/zip.c src/util.c -lz -o fuzz_zip */
+ * Build: make fuzz (see the Makefile); run: build/fuzz/fuzz_zip -max_total_time=60 fuzz/corpus/zip */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
