@@ -24,21 +24,6 @@ import interop_common as ic  # noqa: E402
 import npst  # noqa: E402
 
 
-def parse_args(argv):
-    pos, values, ranks = [], None, None
-    it = iter(argv)
-    for a in it:
-        if a == "--values":
-            values = next(it)
-        elif a == "--ranks":
-            ranks = int(next(it))
-        else:
-            pos.append(a)
-    if len(pos) != 2 or ranks is None:
-        raise SystemExit(__doc__)
-    return pos[0], pos[1], values, ranks
-
-
 class RecordingUnpickler(pickle.Unpickler):
     """Records every (module, name) the pickle imports."""
 
@@ -82,7 +67,7 @@ def read_window(ckpt, info, what, problems):
 
 
 def main():
-    ckpt, expected_path, values_path, ranks = parse_args(sys.argv[1:])
+    ckpt, expected_path, values_path, ranks = ic.parse_check_args(sys.argv[1:], __doc__)
     ic.ensure_shim()
     import torch
     from torch.distributed._shard.checkpoint import filesystem as fs

@@ -17,6 +17,22 @@ RANK_TIMEOUT_S = 90
 MAX_LINES_PER_RANK = 60
 
 
+def parse_check_args(argv, usage, default_ranks=None):
+    """`CKPT EXPECTED [--values FILE] --ranks N` of the check scripts; exits with `usage` if malformed."""
+    pos, values, ranks = [], None, default_ranks
+    it = iter(argv)
+    for a in it:
+        if a == "--values":
+            values = next(it)
+        elif a == "--ranks":
+            ranks = int(next(it))
+        else:
+            pos.append(a)
+    if len(pos) != 2 or ranks is None or ranks < 1:
+        raise SystemExit(usage)
+    return pos[0], pos[1], values, ranks
+
+
 def ensure_shim():
     """Install tests/interop/sitecustomize.py even when PYTHONPATH did not make it the sitecustomize."""
     mod = sys.modules.get("sitecustomize")

@@ -19,21 +19,6 @@ import interop_common as ic  # noqa: E402
 import npst  # noqa: E402
 
 
-def parse_args(argv):
-    pos, values, ranks = [], None, 2
-    it = iter(argv)
-    for a in it:
-        if a == "--values":
-            values = next(it)
-        elif a == "--ranks":
-            ranks = int(next(it))
-        else:
-            pos.append(a)
-    if len(pos) != 2 or ranks < 1:
-        raise SystemExit(__doc__)
-    return pos[0], pos[1], values, ranks
-
-
 def check_metadata(md, expected, values):
     """Problems with the checkpoint's Metadata relative to the expectations (strings)."""
     import torch
@@ -203,7 +188,7 @@ def rank_main(ckpt, expected_path, values_path, ranks):
 
 
 def main():
-    ckpt, expected_path, values_path, ranks = parse_args(sys.argv[1:])
+    ckpt, expected_path, values_path, ranks = ic.parse_check_args(sys.argv[1:], __doc__, default_ranks=2)
     if ic.is_rank_process():
         return rank_main(ckpt, expected_path, values_path, ranks)
     return ic.launch_ranks(os.path.abspath(__file__), sys.argv[1:], ranks)
