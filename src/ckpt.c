@@ -45,6 +45,8 @@ void sck_ckpt_close(sck_ckpt *ck) {
     rc_free(&ck->rc);
     rp_free(ck->rp);
     ckpt_free_res(ck);
+    for (size_t i = 0; ck->peer_checks && i < ck->m.n; i++) free(ck->peer_checks[i]);
+    free(ck->peer_checks);
     ck_meta_free(&ck->m);
     free(ck->dir);
     free(ck->order);
@@ -718,8 +720,19 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
                           POSIX_FADV_WILLNEED); /* advice only */
         prefetch_next(ck, c);
     }
-    int check = ck->verify && c->has_crc && !r->verified;
-    if (!check) return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+    int peer = ck->peer_checks && ck->peer_checks[ei] && ck->peer_checks[ei][ci];
+    int check = ck->verify && c->has_crc && !r->verified && !peer;
+    if (!check) {
+        rc = box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+        /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
+        if (rc && peer && ck->verify) {
+            char msg[1024];
+            snprintf(msg, sizeof msg, "%s", sck_last_error());
+            if (ckpt_check_item(ck, ei, ci, NULL, 0, 0) == SCK_ERR_CHECKSUM) return SCK_ERR_CHECKSUM;
+            sck_err_set_raw(msg);
+        }
+        return rc;
+    }
     /* Checksums cover whole items.  One run (a row block, the same sharding as the save): read it,
      * then only the rest of the item to check it.  Several runs: one pass over the item that checks
      * and copies.  Runs out of file order, or too many to keep: check first, then copy. */

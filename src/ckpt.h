@@ -41,6 +41,9 @@ struct sck_ckpt {
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */
     size_t nspans;
+    uint8_t **peer_checks;          /* per entry (NULL: none), per chunk: 1 if another rank of this load
+                                     * checks the item (src/load_checks.h), so reads here copy only
+                                     * their runs; NULL (the default): every item read is checked */
 };
 
 /* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */

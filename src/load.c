@@ -8,6 +8,7 @@
 #include "ckpt.h"
 #include "comm.h"
 #include "commit.h"
+#include "load_checks.h"
 #include "state.h"
 
 static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -148,9 +149,12 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     if (rc) return rc;
     ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
     ck->direct = !!(flags & SCK_LOAD_DIRECT_IO);
-    int local = load_local(ck, st, flags);
+    /* One reader checks each item (every rank runs this collective); any rank's failed check fails
+     * the load on all ranks through the comm_agree below. */
+    rc = lc_assign(comm, ck, st);
+    int local = rc ? SCK_OK : load_local(ck, st, flags);
     sck_ckpt_close(ck);
-    return comm_agree(comm, local);
+    return rc ? rc : comm_agree(comm, local);
 }
 
 int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts) {

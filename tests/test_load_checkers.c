@@ -1,0 +1,303 @@
+/* test_load_checkers.c - resharded loads let one rank check each item (src/load_checks.h): the owner
+ * reads and checks the item whole, the other readers read only their runs (counted in bytes with the
+ * kernel's per-thread read accounting), and a flipped byte in any item any rank read still fails the
+ * load on every rank, while items nobody read are not checked. */
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "ckpt_fixture.h"
+#include "harness.h"
+#include "load_checks.h"
+
+#define WR 1920               /* w: [1920, 1024] f32, saved as 2 row blocks of 960 rows (3.75 MiB) */
+#define WC 1024
+#define VR 64                 /* v: [64, 1024] f32, 2 row blocks of 128 KiB (small items) */
+#define ROW ((uint64_t)WC * 4)
+#define HEAD (64u << 10)      /* src/ckpt.c HEAD_BYTES: a large item's headers are read 64 KiB at each end */
+
+typedef struct job {
+    const char *dir;
+    float *w, *v;             /* the global tensors */
+    int by_cols;              /* load column blocks instead of row blocks */
+    int64_t lo, hi;           /* rows of w loaded (split among the ranks) */
+    int with_v;               /* also load v (split by rows) */
+    int absent;               /* also request a key the checkpoint lacks (with SCK_LOAD_ALLOW_MISSING) */
+    unsigned flags[8];        /* per-rank load flags */
+    int rcs[8];
+    char msgs[8][512];
+    int bad[8];               /* elements that differ from the global tensors */
+    uint64_t rchar[8];        /* bytes each rank's thread read during sck_load */
+} job;
+
+/* The kernel's count of bytes this thread (self = 0) or process (self = 1) has read, less the bytes of
+ * the read that returns it, which *extra receives (a later count includes them). */
+static uint64_t rchar(int proc, uint64_t *extra) {
+    char buf[1024];
+    int fd = open(proc ? "/proc/self/io" : "/proc/thread-self/io", O_RDONLY);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    if (fd >= 0) close(fd);
+    if (n <= 0) return 0;
+    buf[n] = 0;
+    *extra = (uint64_t)n;
+    const char *p = strstr(buf, "rchar:");
+    return p ? strtoull(p + 6, NULL, 10) : 0;
+}
+
+static int save_rank(sck_comm *c, void *arg) {
+    job *g = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = sck_state_new();
+    int64_t ws[2] = {WR, WC}, wo[2] = {r * WR / 2, 0}, wz[2] = {WR / 2, WC};
+    int64_t vs[2] = {VR, WC}, vo[2] = {r * VR / 2, 0}, vz[2] = {VR / 2, WC};
+    int rc = sck_state_add_box(st, "w", SCK_F32, 2, ws, wo, wz, g->w + (size_t)r * WR / 2 * WC);
+    if (!rc) rc = sck_state_add_box(st, "v", SCK_F32, 2, vs, vo, vz, g->v + (size_t)r * VR / 2 * WC);
+    if (!rc) rc = sck_save(c, g->dir, st, NULL);
+    sck_state_free(st);
+    return rc;
+}
+
+static int load_rank(sck_comm *c, void *arg) {
+    job *g = arg;
+    int r = sck_comm_rank(c), n = sck_comm_size(c);
+    int64_t ws[2] = {WR, WC}, wo[2], wz[2];
+    if (g->by_cols) wo[0] = 0, wo[1] = WC * r / n, wz[0] = WR, wz[1] = WC * (r + 1) / n - wo[1];
+    else wo[0] = g->lo + (g->hi - g->lo) * r / n, wo[1] = 0, wz[0] = g->lo + (g->hi - g->lo) * (r + 1) / n - wo[0], wz[1] = WC;
+    int64_t vs[2] = {VR, WC}, vo[2] = {VR * r / n, 0}, vz[2] = {VR * (r + 1) / n - VR * r / n, WC};
+    float *wb = calloc((size_t)(wz[0] * wz[1]) + 1, 4), *vb = calloc((size_t)(vz[0] * vz[1]) + 1, 4), dummy[4];
+    sck_state *st = sck_state_new();
+    int rc = sck_state_add_box(st, "w", SCK_F32, 2, ws, wo, wz, wb);
+    if (!rc && g->with_v) rc = sck_state_add_box(st, "v", SCK_F32, 2, vs, vo, vz, vb);
+    int64_t as[1] = {4};
+    if (!rc && g->absent) rc = sck_state_add_replicated(st, "absent", SCK_F32, 1, as, dummy);
+    sck_load_opts lo = {g->flags[r], {0}};
+    uint64_t extra = 0, before = rchar(0, &extra);
+    if (!rc) rc = sck_load(c, g->dir, st, &lo);
+    uint64_t ignore;
+    g->rchar[r] = rchar(0, &ignore) - before - extra;
+    g->rcs[r] = rc;
+    snprintf(g->msgs[r], sizeof g->msgs[r], "%s", sck_last_error());
+    for (int64_t i = 0; !rc && i < wz[0]; i++)
+        g->bad[r] += memcmp(wb + i * wz[1], g->w + (size_t)(wo[0] + i) * WC + (size_t)wo[1], (size_t)wz[1] * 4) != 0;
+    if (!rc && g->with_v) g->bad[r] += memcmp(vb, g->v + (size_t)vo[0] * WC, (size_t)(vz[0] * vz[1]) * 4) != 0;
+    sck_state_free(st);
+    free(wb);
+    free(vb);
+    return rc;
+}
+
+/* Saves the checkpoint on 2 ranks and finds where w's chunks (items and payloads) lie in their files. */
+typedef struct layout {
+    char file[2][64];
+    uint64_t item[2], len[2], payload[2];
+} layout;
+
+static int setup(job *g, const char *dir, layout *L) {
+    memset(g, 0, sizeof *g);
+    g->dir = dir;
+    g->w = malloc((size_t)WR * WC * 4);
+    g->v = malloc((size_t)VR * WC * 4);
+    th_fill(g->w, (size_t)WR * WC * 4, 51);
+    th_fill(g->v, (size_t)VR * WC * 4, 52);
+    g->hi = WR;
+    if (sck_threads_run(2, save_rank, g)) return -1;
+    sck_ckpt *ck;
+    if (sck_ckpt_open(dir, &ck)) return -1;
+    long wi = sck_ckpt_find(ck, "w");
+    for (size_t k = 0; wi >= 0 && k < 2; k++) {
+        sck_chunk_info ci;
+        if (sck_ckpt_chunk(ck, (size_t)wi, k, &ci)) break;
+        int b = ci.offsets[0] != 0;
+        snprintf(L->file[b], sizeof L->file[b], "%s", ci.file);
+        L->item[b] = ci.offset;
+        L->len[b] = ci.length;
+    }
+    sck_ckpt_close(ck);
+    for (int b = 0; b < 2; b++) { /* the payload: where the chunk's first row sits in the item */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/%s", dir, L->file[b]);
+        size_t n;
+        unsigned char *f = fx_read(path, &n);
+        if (!f || L->item[b] + L->len[b] > n) return free(f), -1;
+        const unsigned char *p = memmem(f + L->item[b], L->len[b], g->w + (size_t)b * WR / 2 * WC, 256);
+        L->payload[b] = p ? (uint64_t)(p - f) : 0;
+        free(f);
+        if (!p) return -1;
+    }
+    return 0;
+}
+
+static void teardown(job *g) {
+    free(g->w);
+    free(g->v);
+}
+
+/* Loads on n ranks; returns the bytes the whole process read meanwhile. */
+static uint64_t load_with(job *g, int n) {
+    memset(g->rcs, 0, sizeof g->rcs);
+    memset(g->bad, 0, sizeof g->bad);
+    memset(g->rchar, 0, sizeof g->rchar);
+    uint64_t extra = 0, ignore, before = rchar(1, &extra);
+    sck_threads_run(n, load_rank, g);
+    return rchar(1, &ignore) - before - extra;
+}
+
+static void expect_all_ok(const job *g, int n) {
+    for (int r = 0; r < n; r++) {
+        CHECK_OK(g->rcs[r]);
+        CHECK(g->bad[r] == 0);
+        if (g->rcs[r]) fprintf(stderr, "  rank %d: %s\n", r, g->msgs[r]);
+    }
+}
+
+static void expect_all_checksum(const job *g, int n, const char *file) {
+    for (int r = 0; r < n; r++) {
+        CHECK(g->rcs[r] == SCK_ERR_CHECKSUM);
+        CHECK(strstr(g->msgs[r], file) != NULL);
+        CHECK(strstr(g->msgs[r], "'w' item at offset") != NULL);
+        CHECK(strstr(g->msgs[r], "have CRC-32C") != NULL);
+        if (g->rcs[r] != SCK_ERR_CHECKSUM) fprintf(stderr, "  rank %d: status %d: %s\n", r, g->rcs[r], g->msgs[r]);
+    }
+}
+
+/* The owner of an item is the rank needing most of it, ties to the lowest rank, and every rank names
+ * the same one from the same lists. */
+TEST(load_checks_owner_is_unique_most_bytes_lowest_rank) {
+    const lc_need r0[] = {{0, 100}, {1, 50}, {3, 7}}, r1[] = {{0, 100}, {1, 60}, {2, 5}}, r2[] = {{1, 60}, {3, 8}, {9, 1}};
+    const lc_need *all[3] = {r0, r1, r2};
+    size_t n[3] = {3, 3, 3};
+    /* item: expected owner */
+    const int want[10] = {0, 1, 1, 2, -1, -1, -1, -1, -1, 2};
+    for (uint64_t item = 0; item < 10; item++) {
+        int owners = 0, who = -1;
+        for (int r = 0; r < 3; r++)
+            for (size_t k = 0; k < n[r]; k++)
+                if (all[r][k].item == item && lc_is_owner(all, n, 3, r, item, all[r][k].bytes)) owners++, who = r;
+        CHECK(owners == (want[item] >= 0));
+        CHECK(who == want[item]);
+    }
+}
+
+/* 2 -> 3 ranks by rows: rank 1 needs rows 640..1279 (320 rows of each item, the least of both), so it
+ * owns nothing: it reads each item's headers (64 KiB at each end) and its two runs, nothing more. */
+TEST(load_checks_non_owner_reads_only_its_runs) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(L.len[0] > 2 * HEAD && L.len[1] > 2 * HEAD);
+    uint64_t total = load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    CHECK(g.rchar[1] == 2 * 320 * ROW + 4 * (uint64_t)HEAD);
+    if (g.rchar[1] != 2 * 320 * ROW + 4 * (uint64_t)HEAD) fprintf(stderr, "  rank 1 read %llu bytes\n", (unsigned long long)g.rchar[1]);
+    /* The owners read their items whole (some of it on their read-ahead threads): the process read
+     * each item once plus rank 1's share, not twice (every reader checking every item). */
+    CHECK(total >= L.len[0] + L.len[1] + g.rchar[1]);
+    CHECK(total < L.len[0] + L.len[1] + g.rchar[1] + 4 * (uint64_t)HEAD + 65536);
+    /* Verification off: nobody checks, rank 1 reads the same. */
+    for (int r = 0; r < 3; r++) g.flags[r] = SCK_LOAD_NO_VERIFY;
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    CHECK(g.rchar[1] == 2 * 320 * ROW + 4 * (uint64_t)HEAD);
+    teardown(&g);
+}
+
+/* A byte flipped where only a non-owner reads (rank 1's rows of item 0, or item 0's trailer, which
+ * rank 1 reads as headers) fails the load on every rank: the owner's check catches it. */
+TEST(load_checks_flip_seen_only_by_non_owner_fails_all_ranks) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    uint64_t at[] = {L.payload[0] + 700 * ROW + 8, L.payload[0] + 959 * ROW + ROW - 1, L.item[0] + L.len[0] - 30};
+    for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+        REQUIRE(fx_flip(dir, L.file[0], at[k], 0x20) == 0);
+        load_with(&g, 3);
+        expect_all_checksum(&g, 3, L.file[0]);
+        REQUIRE(fx_flip(dir, L.file[0], at[k], 0x20) == 0);
+    }
+    /* The same in item 1, whose owner is rank 2. */
+    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 100 * ROW, 0x01) == 0);
+    load_with(&g, 3);
+    expect_all_checksum(&g, 3, L.file[1]);
+    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 100 * ROW, 0x01) == 0);
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    teardown(&g);
+}
+
+/* By columns every rank needs a third of every item; rank 2 (342 of 1024 columns) owns both.  A flip in
+ * rank 0's columns fails all ranks. */
+TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.by_cols = 1;
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    for (int b = 0; b < 2; b++) {
+        uint64_t at = L.payload[b] + 500 * ROW + 10 * 4;
+        REQUIRE(fx_flip(dir, L.file[b], at, 0x80) == 0);
+        load_with(&g, 3);
+        expect_all_checksum(&g, 3, L.file[b]);
+        REQUIRE(fx_flip(dir, L.file[b], at, 0x80) == 0);
+    }
+    teardown(&g);
+}
+
+/* Rank 0 loads without verification, so it owns nothing even where it needs the most: rank 1 checks
+ * item 0, and a flip in rank 0's rows still fails every rank. */
+TEST(load_checks_rank_without_verify_owns_nothing) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.flags[0] = SCK_LOAD_NO_VERIFY;
+    REQUIRE(fx_flip(dir, L.file[0], L.payload[0] + 3 * ROW, 0x04) == 0);
+    load_with(&g, 3);
+    expect_all_checksum(&g, 3, L.file[0]);
+    teardown(&g);
+}
+
+/* Items no rank reads are not checked: a flip in w's second item and in v loads fine when the ranks
+ * request only rows of w's first item (v then is an unexpected key; "absent" is allowed missing). */
+TEST(load_checks_items_nobody_reads_are_not_checked) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 10 * ROW, 0x02) == 0);
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long vi = sck_ckpt_find(ck, "v");
+    sck_chunk_info vc;
+    char vfile[64] = "";
+    int have_v = vi >= 0 && sck_ckpt_chunk(ck, (size_t)vi, 0, &vc) == 0;
+    if (have_v) snprintf(vfile, sizeof vfile, "%s", vc.file);
+    sck_ckpt_close(ck);
+    REQUIRE(have_v);
+    REQUIRE(fx_flip(dir, vfile, vc.offset + vc.length / 2, 0x02) == 0);
+    g.lo = 0;
+    g.hi = WR / 2;
+    g.absent = 1;
+    for (int r = 0; r < 3; r++) g.flags[r] = SCK_LOAD_ALLOW_MISSING;
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    /* Asking for v too: its item is read, and checked. */
+    g.with_v = 1;
+    load_with(&g, 3);
+    for (int r = 0; r < 3; r++) {
+        CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
+        CHECK(strstr(g.msgs[r], "'v' item at offset") != NULL);
+    }
+    teardown(&g);
+}
