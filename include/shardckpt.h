@@ -421,6 +421,14 @@ typedef struct sck_load_opts {
  * flat range receives the matching elements, wherever and however they were
  * saved; blobs and values requested are filled in.  Collective.
  *
+ * Checksums: a CRC-32C covers a whole saved item (chunk).  When several ranks
+ * read parts of one item (a resharded load), one of them (the rank needing
+ * most of it) reads and checks it whole and the others read only their
+ * bytes; if any check fails the load fails on every rank, so no rank
+ * returns SCK_OK with a byte from an item that does not match.  Items no
+ * rank reads are not checked.  A rank loading with SCK_LOAD_NO_VERIFY
+ * checks nothing, for itself or for others.
+ *
  * Errors (the same on every rank): SCK_ERR_MISSING_KEY (strict by default),
  * SCK_ERR_UNEXPECTED_KEY (with SCK_LOAD_REJECT_UNEXPECTED), SCK_ERR_MISMATCH
  * (dtype, shape or kind differ), SCK_ERR_COVERAGE (the saved chunks do not

@@ -74,13 +74,19 @@ static uint64_t need_of(const lc_need *l, size_t n, uint64_t item) {
     return lo < n && l[lo].item == item ? l[lo].bytes : 0;
 }
 
-int lc_is_owner(const lc_need *const *all, const size_t *n, int nranks, int me, uint64_t item, uint64_t bytes) {
+int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item) {
+    uint64_t most = 0;
+    int ties = 0;
     for (int r = 0; r < nranks; r++) {
-        if (r == me) continue;
         uint64_t b = need_of(all[r], n[r], item);
-        if (b > bytes || (b == bytes && r < me)) return 0;
+        if (b > most) most = b, ties = 1;
+        else if (b == most && b) ties++;
     }
-    return 1;
+    if (!most) return -1;
+    int pick = (int)(item % (uint64_t)ties); /* ties spread over the tied ranks, item by item */
+    for (int r = 0; r < nranks; r++)
+        if (need_of(all[r], n[r], item) == most && pick-- == 0) return r;
+    return -1; /* not reached */
 }
 
 static int any_checksum(const ck_meta *m) {
@@ -98,7 +104,7 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const size_t *n,
     size_t ei = 0;
     for (size_t k = 0; pc && k < n[me]; k++) {
         const lc_need *x = &all[me][k];
-        if (lc_is_owner(all, n, nranks, me, x->item, x->bytes)) continue;
+        if (lc_owner(all, n, nranks, x->item) == me) continue;
         while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
         if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
         if (!pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) {

@@ -21,10 +21,11 @@ typedef struct lc_need {
  * shape, bytes) are left out: nothing is read from them.  Errors: SCK_ERR_NOMEM. */
 int lc_needs(const sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n);
 
-/* Whether rank `me` owns item `item` it needs `bytes` of, given every rank's list (all[r], n[r]):
- * the owner is the rank needing the most bytes, ties to the lowest rank.  All ranks deciding from the
- * same lists name the same owner. */
-int lc_is_owner(const lc_need *const *all, const size_t *n, int nranks, int me, uint64_t item, uint64_t bytes);
+/* The rank that checks item `item`, given every rank's list (all[r], n[r] records): the rank needing
+ * most bytes of it; ties go to the tied ranks in turn, item by item (the (item mod k)-th of k tied
+ * ranks), so that a load where all ranks need equal parts (column blocks) spreads the checks.  -1 if
+ * no rank needs the item.  Every rank deciding from the same lists names the same owner. */
+int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item);
 
 /* Collective (one comm_agree_gather when size > 1 and the checkpoint records checksums): exchanges
  * every rank's lc_needs and marks in ck->peer_checks the items another rank checks.  A rank loading
