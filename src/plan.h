@@ -1,32 +1,46 @@
 /* plan.h - the global save plan: every rank's local entries gathered, checked and merged into one
- * checkpoint model, with each chunk assigned to the rank that writes it.  Computed identically on
- * every rank from the same gathered bytes, so no further collective is needed to agree on it. */
+ * checkpoint model, with each chunk assigned to the rank that writes it.  Every rank checks the
+ * gathered plans the same way, so errors are identical everywhere and need no further collective;
+ * only the ranks that need it (rank 0, which writes `.metadata`) also build the model. */
 #ifndef SCK_PLAN_H
 #define SCK_PLAN_H
 
 #include "dcp_meta.h"
 #include "state.h"
 
-/* Serializes this rank's state (keys, kinds, dtypes, shapes, boxes) for the plan exchange. */
+/* Serializes this rank's state (keys, kinds, dtypes, shapes, boxes) for the plan exchange: entries in
+ * key order, keys and repeated shapes/boxes compressed against the entry before.  Appends to out. */
 int plan_encode_local(const sck_state *st, sck_buf *out);
 
 typedef struct plan_item {
-    size_t entry;        /* index into the model's entries */
+    size_t entry;        /* index into the model's entries (in key order) */
     size_t chunk;        /* index into that entry's chunks (0 for bytes) */
-    size_t local_piece;  /* on the writing rank: index of the state piece holding the data */
+    size_t local_entry;  /* on the writing rank: index of the entry in its state */
+    size_t local_piece;  /* on the writing rank: index of the state piece holding the data (tensors) */
 } plan_item;
 
+struct plan_arena;
+
 typedef struct save_plan {
-    ck_meta m;           /* chunk.file == writing rank; offsets/lengths filled after writing */
-    plan_item **items;   /* per rank: items that rank writes, in file order */
+    ck_meta m;           /* chunk.file == writing rank; offsets/lengths filled after writing.  Empty when
+                          * built for one rank only.  Owned by the plan: never ck_meta_free it. */
+    plan_item **items;   /* per rank: items that rank writes, in file order (NULL for other ranks when
+                          * built for one rank only) */
     size_t *nitems;
     int nranks;
+    struct plan_arena *arena;  /* holds the model and the item lists */
 } save_plan;
 
-/* Merges the gathered local plans (concatenated, counts per rank).  Errors (identical on every rank):
- * SCK_ERR_MISMATCH (kind/dtype/shape differ across ranks), SCK_ERR_COVERAGE (shards overlap or leave
- * holes), SCK_ERR_INVALID_ARG (a blob/value with no data anywhere), SCK_ERR_FORMAT (corrupt plan), SCK_ERR_NOMEM. */
+/* Merges the gathered local plans (concatenated, counts per rank) into the full model and every rank's
+ * items.  Errors (identical on every rank): SCK_ERR_MISMATCH (kind/dtype/shape differ across ranks),
+ * SCK_ERR_COVERAGE (shards overlap or leave holes), SCK_ERR_INVALID_ARG (a blob/value with no data
+ * anywhere), SCK_ERR_FORMAT (corrupt plan), SCK_ERR_NOMEM. */
 int plan_build(const uint8_t *all, const size_t *counts, int nranks, save_plan *out);
+
+/* The same; only_rank >= 0: check everything as plan_build does (same errors), but keep only that
+ * rank's items and no model (the items' entry/chunk indexes are still those of the full model). */
+int plan_build_ex(const uint8_t *all, const size_t *counts, int nranks, int only_rank, save_plan *out);
+
 void plan_free(save_plan *p);
 
 #endif

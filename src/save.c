@@ -60,6 +60,10 @@ static int strip_ids(uint8_t *all, size_t *counts, int nranks, char *id) {
     return SCK_OK;
 }
 
+/* Rank 0 writes `.metadata`, so it builds the whole model and every rank's items; the others only
+ * check the plans (the same checks, so the same errors) and keep their own items. */
+static int plan_rank(const save_job *j) { return j->rank == 0 ? -1 : j->rank; }
+
 /* A rank that cannot start takes part in collective 1 with its error: every peer then gets that error
  * from collective 1 and stops there too. */
 int save_fail_collectively(sck_comm *comm, int err) { return comm_agree(comm, err); }
@@ -108,7 +112,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
                 all = NULL, counts = counts_stack;
             }
         } else if (!local) {
-            local = plan_build(all, counts, comm->size, &j->plan);
+            local = plan_build_ex(all, counts, comm->size, plan_rank(j), &j->plan);
             if (!local) local = save_prepare_items(j, st);
         }
         if (local) {
@@ -130,7 +134,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
 
 void save_write(save_job *j) {
     if (!j->local && j->all) {
-        j->local = plan_build(j->all, j->counts, j->comm->size, &j->plan);
+        j->local = plan_build_ex(j->all, j->counts, j->comm->size, plan_rank(j), &j->plan);
         if (!j->local) j->local = save_prepare_items(j, j->copy);
     }
     free(j->all);

@@ -108,20 +108,21 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     int rc = SCK_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         const plan_item *it = &p->items[j->rank][i];
-        const ck_entry *e = &p->m.e[it->entry];
-        const st_entry *se = state_find(st, e->key);
+        /* The state the plan was encoded from (or its copy, entry for entry): no lookups by key. */
+        const st_entry *se = it->local_entry < st->n ? &st->e[it->local_entry] : NULL;
         save_src *s = &j->src[i];
-        if (!se) return sck_err(SCK_ERR_INVALID_ARG, "'%s': missing from the local state", e->key);
-        if (!e->is_bytes) {
-            const ck_chunk *c = &e->chunks[it->chunk];
-            s->payload = se->pieces[it->local_piece].data;
-            s->plen = box_numel(&c->box) * sck_dtype_size((sck_dtype)e->dtype);
-            rc = ti_encode_tensor_pkl(&s->pkl, (sck_dtype)e->dtype, e->ndim, c->box.size);
-            if (rc) rc = sck_err(rc, "'%s': out of memory", e->key);
+        if (!se) return sck_err(SCK_ERR_INVALID_ARG, "item %zu: missing from the local state", i);
+        if (se->kind == ENT_TENSOR) {
+            if (it->local_piece >= se->npieces) return sck_err(SCK_ERR_INVALID_ARG, "'%s': piece %zu missing from the local state", se->key, it->local_piece);
+            const st_piece *pc = &se->pieces[it->local_piece];
+            s->payload = pc->data;
+            s->plen = box_numel(&pc->box) * sck_dtype_size(se->dtype);
+            rc = ti_encode_tensor_pkl(&s->pkl, se->dtype, se->ndim, pc->box.size);
+            if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
         } else if (se->kind == ENT_BLOB) {
             /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
             sck_value *b = sck_value_bytes(se->blob, se->blob_n);
-            rc = b ? ti_encode_value_pkl(&s->pkl, b) : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+            rc = b ? ti_encode_value_pkl(&s->pkl, b) : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", se->key);
             sck_value_free(b);
         } else {
             rc = ti_encode_value_pkl(&s->pkl, se->value);
