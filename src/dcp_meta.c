@@ -14,12 +14,16 @@
 void ck_meta_free(ck_meta *m) {
     if (!m) return;
     for (size_t i = 0; i < m->n; i++) {
-        free(m->e[i].key);
-        free(m->e[i].chunks);
+        if (!m->key_pool) free(m->e[i].key);
+        if (!m->chunk_pool) free(m->e[i].chunks);
     }
     free(m->e);
-    for (size_t i = 0; i < m->nfiles; i++) free(m->files[i]);
+    if (!m->file_pool)
+        for (size_t i = 0; i < m->nfiles; i++) free(m->files[i]);
     free(m->files);
+    free(m->key_pool);
+    free(m->chunk_pool);
+    free(m->file_pool);
     memset(m, 0, sizeof *m);
 }
 
@@ -381,7 +385,7 @@ static int decode_entry(ck_meta *m, const pk_obj *key, const pk_obj *val, const 
     return SCK_OK;
 }
 
-static int plain_file_name(const char *s) {
+int ck_plain_file_name(const char *s) {
     return *s && !strchr(s, '/') && !strchr(s, '\\') && strcmp(s, ".") && strcmp(s, "..");
 }
 
@@ -398,7 +402,7 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
     uint64_t off, len;
     if (!rp || rp->kind != PK_STR || !get_u64(attr(val, "offset"), &off) || !get_u64(attr(val, "length"), &len))
         return sck_err(SCK_ERR_FORMAT, "%s: '%s': _StorageInfo lacks relative_path/offset/length", what, fqn->s);
-    if (!plain_file_name(rp->s))
+    if (!ck_plain_file_name(rp->s))
         return sck_err(SCK_ERR_FORMAT, "%s: '%s': relative_path '%s' is not a plain file name in the checkpoint directory", what,
                        fqn->s, rp->s);
     if (off > UINT64_MAX - len) return sck_err(SCK_ERR_FORMAT, "%s: '%s': offset+length overflows", what, fqn->s);

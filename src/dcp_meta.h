@@ -32,8 +32,15 @@ typedef struct ck_meta {
     size_t n, cap;
     char **files;
     size_t nfiles;
+    /* Set only by meta_wire_decode, which allocates per kind, not per entry: every key, chunk array
+     * and file name then lies in one of these blocks.  Such a model is finished: ck_meta_add,
+     * ck_entry_add_chunk and ck_meta_file must not be called on it. */
+    char *key_pool;
+    ck_chunk *chunk_pool;
+    char *file_pool;
 } ck_meta;
 
+/* Frees either form (per-entry allocations or the pools above) and zeroes m. */
 void ck_meta_free(ck_meta *m);
 /* Appends an entry with a copy of key; returns it in *out.  Errors: SCK_ERR_NOMEM. */
 int ck_meta_add(ck_meta *m, const char *key, ck_entry **out);
@@ -45,6 +52,8 @@ int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx);
 int ck_meta_finish(ck_meta *m, const char *what);
 /* Binary search; -1 if absent (after ck_meta_finish). */
 long ck_meta_find(const ck_meta *m, const char *key);
+/* 1 if a data file name is a plain name inside the checkpoint directory (no '/', '\\', "." or ".."). */
+int ck_plain_file_name(const char *s);
 
 /* The _StorageInfo attribute holding an item's CRC-32C: torch ignores attributes it does not know. */
 #define DCP_CRC_KEY "shardckpt_crc32c"

@@ -9,6 +9,7 @@
 #include "comm.h"
 #include "commit.h"
 #include "load_checks.h"
+#include "meta_wire.h"
 #include "state.h"
 
 static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
@@ -98,37 +99,65 @@ static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
     return SCK_OK;
 }
 
-/* DCP directories: rank 0 reads .metadata once and broadcasts it.  Other sources are small headers
- * every rank reads itself. */
+/* Ends open_resolved's last collective: a rank that opened the checkpoint closes it again when
+ * another rank failed. */
+static int agree_opened(sck_comm *comm, int local, sck_ckpt **ck) {
+    int rc = comm_agree(comm, local);
+    if (rc && *ck) {
+        sck_ckpt_close(*ck);
+        *ck = NULL;
+    }
+    return rc;
+}
+
+/* DCP directories: rank 0 reads and decodes .metadata once and broadcasts the decoded model
+ * (src/meta_wire.h); the other ranks rebuild it with a few allocations instead of each parsing the
+ * pickle into an object tree.  Other sources are small headers every rank reads itself. */
 static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     struct stat sb;
     char mp[4096];
     snprintf(mp, sizeof mp, "%s/.metadata", dir);
+    *ck = NULL;
     int is_dcp = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(mp, &sb) == 0;
     int agreed = comm_agree(comm, SCK_OK); /* everyone sees the same answer for is_dcp only if the FS is shared */
     if (agreed) return agreed;
-    if (!is_dcp || comm->size == 1) {
-        int rc = sck_ckpt_open(dir, ck);
-        return comm_agree(comm, rc);
-    }
-    uint8_t *data = NULL;
-    size_t n = 0;
+    if (!is_dcp || comm->size == 1) return agree_opened(comm, sck_ckpt_open(dir, ck), ck);
+    sck_buf wire;
+    sck_buf_init(&wire);
     int local = SCK_OK;
-    if (comm->rank == 0) local = sck_read_file(mp, &data, &n);
-    int rc = comm_agree(comm, local);
-    if (rc) {
+    if (comm->rank == 0) {
+        uint8_t *data = NULL;
+        size_t n = 0;
+        local = sck_read_file(mp, &data, &n);
+        if (!local) local = ckpt_from_metadata(dir, data, n, ck);
         free(data);
-        return rc;
+        if (!local) local = meta_wire_encode(&(*ck)->m, &wire);
     }
-    void *buf = data;
-    rc = comm_bcast(comm, &buf, &n, 0);
+    int rc = agree_opened(comm, local, ck); /* rank 0's read or decode error, with its message */
     if (rc) {
-        if (comm->rank == 0) free(data);
+        sck_buf_free(&wire);
         return rc;
     }
-    local = ckpt_from_metadata(dir, buf, n, ck);
-    free(buf);
-    return comm_agree(comm, local);
+    void *buf = wire.data;
+    size_t n = wire.len;
+    rc = comm_bcast(comm, &buf, &n, 0);
+    if (comm->rank == 0) buf = NULL; /* it is wire.data */
+    sck_buf_free(&wire);
+    if (rc) {
+        free(buf);
+        if (*ck) sck_ckpt_close(*ck);
+        *ck = NULL;
+        return rc;
+    }
+    if (comm->rank != 0) {
+        char what[4200];
+        snprintf(what, sizeof what, "%s (as decoded by rank 0)", mp);
+        ck_meta m;
+        local = meta_wire_decode(buf, n, what, &m);
+        free(buf);
+        if (!local) local = ckpt_from_model(dir, &m, ck);
+    }
+    return agree_opened(comm, local, ck);
 }
 
 /* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h).  A rank

@@ -7,43 +7,78 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 /* ---- arena ---- */
 
+/* Blocks grow with the arena.  Small ones come from malloc (a tensor's data.pkl needs one); from
+ * PK_MAP_MIN on they are mapped with MADV_HUGEPAGE: a big `.metadata` makes hundreds of MiB of
+ * nodes, and first touches of 4 KiB pages cost far more than of 2 MiB ones.  Mapped memory starts
+ * zeroed, so nodes carved from it need no memset. */
 #define PK_BLOCK_SIZE ((size_t)64 * 1024)
-#define PK_BLOCK_MAX ((size_t)8 << 20)
-#define PK_ALIGN ((size_t)_Alignof(max_align_t))
+#define PK_MAP_MIN ((size_t)2 << 20)
+#define PK_BLOCK_MAX ((size_t)64 << 20)
+#define PK_ALIGN ((size_t)8)   /* nothing in the tree needs more: pointers, int64, double */
 
 typedef struct pk_block {
     struct pk_block *next;
     size_t used, cap;
-    max_align_t data[];
+    size_t mapped;    /* length of the mapping, or 0 if malloc'ed */
+    int zeroed;       /* bytes past `used` are still zero */
+    _Alignas(16) unsigned char data[];
 } pk_block;
 
 struct pk_arena {
     pk_block *head;   /* the block being filled; big allocations get their own block behind it */
-    size_t total;     /* bytes in all blocks: blocks grow with it, so big pickles need few mallocs */
+    size_t total;     /* bytes in all blocks: blocks grow with it, so big pickles need few blocks */
 };
 
+static pk_block *block_new(size_t cap) {
+    size_t bytes = sizeof(pk_block) + cap;
+    pk_block *b = NULL;
+    size_t mapped = 0;
+    if (bytes >= PK_MAP_MIN) {
+        mapped = (bytes + PK_MAP_MIN - 1) & ~(PK_MAP_MIN - 1);
+        void *m = mmap(NULL, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m != MAP_FAILED) {
+            madvise(m, mapped, MADV_HUGEPAGE); /* advice only */
+            b = m;
+            cap = mapped - sizeof(pk_block);
+        } else {
+            mapped = 0;
+        }
+    }
+    if (!b && !(b = malloc(bytes))) return NULL;
+    b->next = NULL;
+    b->used = 0;
+    b->cap = cap;
+    b->mapped = mapped;
+    b->zeroed = mapped != 0;
+    return b;
+}
+
+static void block_free(pk_block *b) {
+    if (b->mapped) munmap(b, b->mapped);
+    else free(b);
+}
+
 static void *arena_alloc(pk_arena *a, size_t size) {
-    if (size > SIZE_MAX - PK_ALIGN - sizeof(pk_block)) return NULL;
+    if (size > SIZE_MAX - PK_MAP_MIN - sizeof(pk_block)) return NULL;
     size = (size + PK_ALIGN - 1) & ~(PK_ALIGN - 1);
     pk_block *b = a->head;
     if (b && b->cap - b->used >= size) {
-        void *p = (char *)b->data + b->used;
+        void *p = b->data + b->used;
         b->used += size;
         return p;
     }
     size_t block = a->total / 2;
     if (block < PK_BLOCK_SIZE) block = PK_BLOCK_SIZE;
     if (block > PK_BLOCK_MAX) block = PK_BLOCK_MAX;
-    size_t cap = size > block / 4 ? size : block;
-    pk_block *nb = malloc(sizeof *nb + cap);
+    pk_block *nb = block_new(size > block / 4 ? size : block);
     if (!nb) return NULL;
-    a->total += cap;
-    nb->cap = cap;
+    a->total += nb->cap;
     nb->used = size;
-    if (cap == size && b) {   /* keep filling the current small-object block */
+    if (size > block / 4 && b) {   /* a big allocation: keep filling the current small-object block */
         nb->next = b->next;
         b->next = nb;
     } else {
@@ -53,12 +88,21 @@ static void *arena_alloc(pk_arena *a, size_t size) {
     return nb->data;
 }
 
+/* Memory for a node: zeroed, by the kernel when the block is fresh from mmap. */
+static void *arena_alloc_zero(pk_arena *a, size_t size) {
+    void *p = arena_alloc(a, size);
+    if (p && !(a->head && a->head->zeroed && (unsigned char *)p >= a->head->data &&
+               (unsigned char *)p < a->head->data + a->head->cap))
+        memset(p, 0, size);
+    return p;
+}
+
 void pk_arena_free(pk_arena *a) {
     if (!a) return;
     pk_block *b = a->head;
     while (b) {
         pk_block *next = b->next;
-        free(b);
+        block_free(b);
         b = next;
     }
     free(a);
@@ -254,9 +298,8 @@ static int new_obj(pk_parser *P, pk_kind kind, pk_obj **out) {
     *out = NULL;   /* out-parameters are always written, which also keeps gcc -O3 quiet */
     if (P->nobjects >= P->lim.max_objects)
         return fail(P, SCK_ERR_FORMAT, "more than %zu objects", P->lim.max_objects);
-    pk_node *nd = arena_alloc(P->arena, sizeof *nd);
+    pk_node *nd = arena_alloc_zero(P->arena, sizeof *nd);
     if (!nd) return nomem(P);
-    memset(nd, 0, sizeof *nd);
     nd->o.kind = kind;
     P->nobjects++;
     *out = &nd->o;
