@@ -3,9 +3,11 @@
  * with sck_save_async (src/save_async.c); see src/save_job.h.
  *
  * Collectives (always in this order on every rank, whatever fails locally, so nobody hangs):
- *   1. gather local plans + status      -> everyone builds the same global plan; rank 0's part also
- *                                          carries the id of the temporary directory it created.
- *                                          An error agreed here ends the save on every rank.
+ *   1. gather status, rank 0's commit id (the temporary directory it created) and whether each rank
+ *      keeps a plan for its state's structure (an sck_async handle used again)
+ *   1b. unless every rank does: gather the local plans -> every rank checks them identically
+ *                                          (rank 0 also builds the model).
+ *      An error agreed in 1 or 1b ends the save on every rank.
  *   2. gather item offsets, lengths, CRC-32Cs + status  -> rank 0 writes .metadata and commits
  *   3. agree on rank 0's commit status
  */
@@ -18,7 +20,8 @@
 #include "save_job.h"
 
 #define ITEM_REC 24     /* per item in collective 2: offset, length, CRC-32C (le64 each) */
-#define ID_REC 16       /* ahead of every rank's plan in collective 1: rank 0's commit id */
+#define ID_REC 16       /* in collective 1: rank 0's commit id ... */
+#define REC1 (ID_REC + 1) /* ... and 1 when the rank keeps a plan for its state's structure */
 
 /* Fills in every chunk's offset, length and checksum from the gathered per-rank records. */
 static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts) {
@@ -42,20 +45,16 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
     return SCK_OK;
 }
 
-/* Takes rank 0's commit id out of the gathered plans and closes the gaps the id records leave, so
- * plan_build sees plain concatenated plans. */
-static int strip_ids(uint8_t *all, size_t *counts, int nranks, char *id) {
-    size_t w = 0, r = 0;
+/* Rank 0's commit id and whether every rank keeps a plan for its state (collective 1's records). */
+static int read_rec1(const uint8_t *all, const size_t *counts, int nranks, char *id, int *reuse) {
+    *reuse = 1;
     for (int k = 0; k < nranks; k++) {
-        if (counts[k] < ID_REC) return sck_err(SCK_ERR_FORMAT, "rank %d sent a plan without its header", k);
+        if (counts[k] != REC1) return sck_err(SCK_ERR_FORMAT, "rank %d sent a %zu-byte save header, expected %d", k, counts[k], REC1);
         if (k == 0) {
             memcpy(id, all, COMMIT_ID_LEN);
             id[COMMIT_ID_LEN] = 0;
         }
-        memmove(all + w, all + r + ID_REC, counts[k] - ID_REC);
-        w += counts[k] - ID_REC;
-        r += counts[k];
-        counts[k] -= ID_REC;
+        if (all[(size_t)k * REC1 + ID_REC] != 1) *reuse = 0;
     }
     return SCK_OK;
 }
@@ -69,45 +68,64 @@ static int plan_rank(const save_job *j) { return j->rank == 0 ? -1 : j->rank; }
 int save_fail_collectively(sck_comm *comm, int err) { return comm_agree(comm, err); }
 
 int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st, unsigned flags, unsigned staging_mib,
-               int async, save_snapshot *snap) {
+               save_keep *keep) {
     memset(j, 0, sizeof *j);
     j->comm = comm;
     j->rank = comm->rank;
     j->do_fsync = !(flags & SCK_SAVE_NO_FSYNC);
     j->direct = !!(flags & SCK_SAVE_DIRECT_IO);
     j->stage_bytes = (uint64_t)(staging_mib ? staging_mib : 64) << 20;
-    int rank = comm->rank, local = SCK_OK;
+    j->keep = keep;
+    int rank = comm->rank, local = SCK_OK, copy_data = !(flags & SCK_SAVE_NO_COPY);
     /* Rank 0 settles the directory (recovery, leftovers, the temporary directory) before anyone writes. */
     if (rank == 0) {
         local = commit_init(&j->cm, dir, NULL);
         if (!local) local = commit_prepare(&j->cm);
         j->tmp_made = !local;
     }
-    sck_buf mine;
-    sck_buf_init(&mine);
-    uint8_t idrec[ID_REC] = {0};
-    if (rank == 0 && j->cm.dir) memcpy(idrec, j->cm.id, COMMIT_ID_LEN);
-    if (!local && sck_buf_append(&mine, idrec, sizeof idrec)) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
-    if (!local) local = plan_encode_local(st, &mine);
-    void *all = NULL;
+    copy_layout L;
+    memset(&L, 0, sizeof L);
+    if (keep) save_copy_measure(st, keep->copy, copy_data, &L);
+    uint8_t rec[REC1] = {0};
+    if (rank == 0 && j->cm.dir) memcpy(rec, j->cm.id, COMMIT_ID_LEN);
+    rec[ID_REC] = keep && keep->plan_ok && L.same;
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
-    int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : save_fail_collectively(comm, local);
-    sck_buf_free(&mine);
-    /* The plan is computed identically everywhere; a local failure from here on (out of memory) is
+    void *all = NULL;
+    int rc = counts ? comm_agree_gather(comm, local, rec, sizeof rec, &all, counts) : save_fail_collectively(comm, local);
+    /* From here on every rank sees the same bytes, so takes the same branches. */
+    char id[COMMIT_ID_LEN + 1];
+    int reuse = 0;
+    if (!rc) rc = read_rec1(all, counts, comm->size, id, &reuse);
+    free(all);
+    all = NULL;
+    if (!rc && !reuse) {
+        sck_buf mine;
+        sck_buf_init(&mine);
+        int enc = plan_encode_local(st, &mine);
+        rc = comm_agree_gather(comm, enc, mine.data, mine.len, &all, counts);
+        sck_buf_free(&mine);
+    }
+    if (!rc && keep) { /* the kept plan is used again, or it is stale */
+        if (reuse) {
+            j->plan = keep->plan;
+            memset(&keep->plan, 0, sizeof keep->plan);
+        }
+        plan_free(&keep->plan);
+        keep->plan_ok = 0;
+    }
+    /* The plan is checked identically everywhere; a local failure from here on (out of memory) is
      * carried into collective 2 so that a rank failing alone cannot strand the others. */
     if (!rc) {
-        char id[COMMIT_ID_LEN + 1];
-        local = strip_ids(all, counts, comm->size, id);
-        if (!local && rank != 0) local = commit_init(&j->cm, dir, id);
-        if (!local && async) { /* the plan is built by save_write, on the background thread */
-            local = save_copy_state(st, snap, &j->copy);
-            if (!local && counts == counts_stack) { /* the one-rank counts live on our stack: move them */
+        if (rank != 0) local = commit_init(&j->cm, dir, id);
+        if (!local && keep) { /* the plan is built by save_write, on the background thread */
+            local = save_copy_state(st, &L, copy_data, &keep->snap, &keep->copy);
+            if (!local && all && counts == counts_stack) { /* the one-rank counts live on our stack: move them */
                 if (!(counts = malloc(sizeof *counts))) local = sck_err(SCK_ERR_NOMEM, "out of memory");
                 else counts[0] = counts_stack[0];
             }
-            if (!local) {
+            if (!local && all) {
                 j->all = all, j->counts = counts;
                 all = NULL, counts = counts_stack;
             }
@@ -133,10 +151,8 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
 }
 
 void save_write(save_job *j) {
-    if (!j->local && j->all) {
-        j->local = plan_build_ex(j->all, j->counts, j->comm->size, plan_rank(j), &j->plan);
-        if (!j->local) j->local = save_prepare_items(j, j->copy);
-    }
+    if (!j->local && j->all) j->local = plan_build_ex(j->all, j->counts, j->comm->size, plan_rank(j), &j->plan);
+    if (!j->local && j->keep) j->local = save_prepare_items(j, j->keep->copy);
     free(j->all);
     free(j->counts);
     j->all = NULL;
@@ -151,8 +167,6 @@ void save_abandon(save_job *j) {
     j->all = NULL;
     j->counts = NULL;
     save_free_items(j);
-    sck_state_free(j->copy);
-    j->copy = NULL;
     plan_free(&j->plan);
     commit_free(&j->cm);
 }
@@ -170,8 +184,6 @@ int save_finish(save_job *j) {
     size_t n = !local && j->recs ? j->plan.nitems[rank] * ITEM_REC : 0;
     int rc = counts ? comm_agree_gather(comm, local, j->recs, n, &all, counts) : comm_agree(comm, local);
     save_free_items(j);
-    sck_state_free(j->copy);
-    j->copy = NULL;
 
     /* Collective 3: rank 0 writes .metadata last and swaps the directory into place. */
     local = SCK_OK;
@@ -186,6 +198,11 @@ int save_finish(save_job *j) {
     }
     free(all);
     if (counts != counts_stack) free(counts);
+    if (j->keep && j->plan.nitems) { /* valid for this structure, whatever became of the save */
+        j->keep->plan = j->plan;
+        j->keep->plan_ok = 1;
+        memset(&j->plan, 0, sizeof j->plan);
+    }
     plan_free(&j->plan);
     /* An error agreed in collective 2 is already identical everywhere; still take part in the last
      * collective (contributing OK, which leaves that message intact). */
@@ -209,7 +226,7 @@ int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_sav
     sck_comm *single = NULL;
     if (!comm && !(comm = single = sck_comm_single())) return sck_err(SCK_ERR_NOMEM, "out of memory");
     save_job j;
-    int rc = save_begin(&j, comm, dir, st, opts ? opts->flags : 0, opts ? opts->staging_mib : 0, 0, NULL);
+    int rc = save_begin(&j, comm, dir, st, opts ? opts->flags : 0, opts ? opts->staging_mib : 0, NULL);
     if (!rc) {
         save_write(&j);
         rc = save_finish(&j);

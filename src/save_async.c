@@ -11,7 +11,7 @@
 
 struct sck_async {
     save_job job;
-    save_snapshot snap;
+    save_keep keep;           /* snapshot memory, the last copy and its plan, for the next save */
     sck_comm *single;       /* our own one-rank communicator when the caller passed NULL */
     pthread_t th;
     int pending;            /* save_begin succeeded, sck_wait not called yet */
@@ -38,7 +38,9 @@ void sck_async_free(sck_async *a) {
         save_abandon(&a->job); /* the temporary directory stays; the next save into dir removes it */
     }
     sck_comm_free(a->single);
-    if (a->snap.mem) munmap(a->snap.mem, a->snap.cap);
+    sck_state_free(a->keep.copy); /* before the snapshot it lives in */
+    plan_free(&a->keep.plan);
+    if (a->keep.snap.mem) munmap(a->keep.snap.mem, a->keep.snap.cap);
     free(a);
 }
 
@@ -56,8 +58,7 @@ int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_stat
         if (!a->single && !(a->single = sck_comm_single())) return sck_err(SCK_ERR_NOMEM, "out of memory");
         comm = a->single;
     }
-    save_snapshot *snap = flags & SCK_SAVE_NO_COPY ? NULL : &a->snap;
-    int rc = save_begin(&a->job, comm, dir, st, flags, opts ? opts->staging_mib : 0, 1, snap);
+    int rc = save_begin(&a->job, comm, dir, st, flags, opts ? opts->staging_mib : 0, &a->keep);
     if (rc) return rc;
     a->pending = 1;
     /* A thread that cannot start: write in the caller's thread instead (still correct, just not async). */

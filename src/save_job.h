@@ -1,14 +1,17 @@
 /* save_job.h - one save split in three steps, so that sck_save runs them back to back and
  * sck_save_async runs the middle one (the file writing) on a background thread:
  *
- *   save_begin   collective 1 (plan exchange), the global plan, this rank's items encoded and, for an
- *                async save, its tensor data copied into the snapshot          (caller's thread)
- *   save_write   this rank's data file written                                (any thread; no comm)
+ *   save_begin   collective 1 (status, rank 0's commit id, "my state has the structure of the plan I
+ *                keep"), then, unless every rank keeps a plan for its structure, collective 1b (the
+ *                local plans); the global plan, this rank's items encoded or, for an async save, the
+ *                state copied into the snapshot                              (caller's thread)
+ *   save_write   the plan built (async), this rank's data file written     (any thread; no comm)
  *   save_finish  collectives 2 and 3: offsets and checksums gathered, rank 0 writes `.metadata`
  *                and commits                                                   (caller's thread)
  *
- * Every rank runs the same collectives whatever fails locally: a failure in save_begin or save_write
- * is carried into save_finish's first collective, so no rank ever waits for another.
+ * Every rank runs the same collectives whatever fails locally: an error in collective 1 or 1b is
+ * agreed there and ends the save everywhere; a failure after them is carried into save_finish's
+ * first collective, so no rank ever waits for another.
  */
 #ifndef SCK_SAVE_JOB_H
 #define SCK_SAVE_JOB_H
@@ -23,12 +26,30 @@ typedef struct save_src {
     uint64_t plen;
 } save_src;
 
-/* Memory that tensor data is copied into for an async save; kept by the sck_async handle so the
- * next save reuses it (faulting fresh memory in costs more than the copy itself). */
+/* Memory an async save copies the state into (tensor data, then the entry table, keys and blobs);
+ * kept by the sck_async handle so the next save reuses it (faulting fresh memory in costs more than
+ * the copy itself). */
 typedef struct save_snapshot {
     uint8_t *mem;
     size_t cap;
 } save_snapshot;
+
+/* What an sck_async handle keeps from one save to the next.  A training loop saves the same
+ * structure every time: when every rank's state matches its copy, the plan built last time is used
+ * again, and neither the plans' exchange nor their checks are repeated. */
+typedef struct save_keep {
+    save_snapshot snap;
+    sck_state *copy;          /* the last save's state (flat, in snap); NULL after a failed copy */
+    save_plan plan;           /* built from the exchange of copy's structure */
+    int plan_ok;
+} save_keep;
+
+/* Where a state copy goes in the snapshot (save_copy_measure), and whether the state has the
+ * structure of the copy before. */
+typedef struct copy_layout {
+    size_t entries, pieces, keys, blobs, total;
+    int same;
+} copy_layout;
 
 typedef struct save_job {
     sck_comm *comm;
@@ -43,19 +64,19 @@ typedef struct save_job {
     char local_msg[1024];     /* its message, kept across threads */
     save_src *src;            /* plan.nitems[rank] items */
     uint64_t *recs;           /* per item: offset, length, CRC-32C */
-    /* Async saves build the plan on the background thread: the gathered plans wait here, and the
-     * caller's state is replaced by a copy whose tensor data lives in the snapshot. */
+    /* Async saves build the plan on the background thread: the gathered plans wait here (NULL when
+     * the kept plan is used again), and the caller's state is replaced by keep->copy. */
     void *all;
     size_t *counts;
-    sck_state *copy;
+    save_keep *keep;          /* async saves only */
 } save_job;
 
-/* Flags and options checked by the caller.  async: keep a copy of the state (its tensor data copied
- * into snap, or referenced in place when snap is NULL) and leave the plan to save_write, so that the
- * caller's thread only pays for the plan exchange and the copy.  Returns the status agreed in
- * collective 1; on error the job holds nothing and every rank stops. */
+/* Flags and options checked by the caller.  keep (async saves): copy the state into keep (tensor
+ * data too unless SCK_SAVE_NO_COPY) and leave the plan to save_write, so that the caller's thread
+ * only pays for the exchange and the copy.  Returns the status agreed in collective 1 or 1b; on error
+ * the job holds nothing and every rank stops. */
 int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st, unsigned flags, unsigned staging_mib,
-               int async, save_snapshot *snap);
+               save_keep *keep);
 /* Builds the plan if it was left for later, writes this rank's data file (no collectives); records the
  * outcome in j->local / j->local_msg. */
 void save_write(save_job *j);
@@ -67,10 +88,12 @@ int save_finish(save_job *j);
 /* A rank that cannot start a save still takes part in all three collectives with `err` in the first. */
 int save_fail_collectively(sck_comm *comm, int err);
 
-/* save_write.c: items encoded; the file written; a state copied for an async save (tensor data into
- * snap, or left in place when snap is NULL). */
+/* save_write.c: items encoded; the file written; a state copied for an async save: measured (and
+ * compared with old, the copy before; NULL for none), then copied in one pass into snap (tensor data
+ * too when copy_data), replacing *io (the copy before, freed). */
 int save_prepare_items(save_job *j, const sck_state *st);
-int save_copy_state(const sck_state *st, save_snapshot *snap, sck_state **out);
+void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data, copy_layout *L);
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, save_snapshot *snap, sck_state **io);
 int save_write_file(save_job *j);
 void save_free_items(save_job *j);
 

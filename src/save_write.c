@@ -47,55 +47,98 @@ static int snapshot_reserve(save_snapshot *s, size_t n) {
 /* Bytes of a piece of entry e. */
 static uint64_t piece_bytes(const st_entry *e, const st_piece *pc) { return box_numel(&pc->box) * sck_dtype_size(e->dtype); }
 
-int save_copy_state(const sck_state *st, save_snapshot *snap, sck_state **out) {
-    *out = NULL;
-    size_t total = 0, off = 0;
-    for (size_t i = 0; snap && i < st->n; i++) {
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* 1 if a and b would give the same local plan (everything plan_encode_local sends). */
+static int same_structure(const st_entry *a, const st_entry *b) {
+    if (a->kind != b->kind || a->present != b->present || a->dtype != b->dtype || a->ndim != b->ndim ||
+        a->replicated != b->replicated || a->npieces != b->npieces || strcmp(a->key, b->key))
+        return 0;
+    size_t nb = (size_t)a->ndim * sizeof(int64_t);
+    if (memcmp(a->shape, b->shape, nb)) return 0;
+    for (size_t k = 0; k < a->npieces; k++)
+        if (memcmp(a->pieces[k].box.off, b->pieces[k].box.off, nb) || memcmp(a->pieces[k].box.size, b->pieces[k].box.size, nb))
+            return 0;
+    return 1;
+}
+
+/* Snapshot layout: tensor data (pieces of 256 KiB or more page-aligned, as in the file), then the
+ * entry table, the pieces, the keys and the blobs. */
+void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data, copy_layout *L) {
+    size_t data = 0, pieces = 0, keys = 0, blobs = 0;
+    int same = old && old->n == st->n;
+    for (size_t i = 0; i < st->n; i++) {
         const st_entry *e = &st->e[i];
-        for (size_t k = 0; e->kind == ENT_TENSOR && k < e->npieces; k++) {
-            uint64_t a = payload_align(piece_bytes(e, &e->pieces[k]));
-            total = (total + a - 1) / a * a + piece_bytes(e, &e->pieces[k]);
+        if (same && !same_structure(e, &old->e[i])) same = 0;
+        keys += strlen(e->key) + 1;
+        pieces += e->npieces;
+        if (e->kind == ENT_BLOB && e->present) blobs += e->blob_n;
+        for (size_t k = 0; copy_data && e->kind == ENT_TENSOR && k < e->npieces; k++) {
+            uint64_t nb = piece_bytes(e, &e->pieces[k]);
+            data = align_up(data, payload_align(nb)) + nb;
         }
     }
-    int rc = snap ? snapshot_reserve(snap, total ? total : 1) : SCK_OK;
-    sck_state *c = rc ? NULL : sck_state_new();
+    L->entries = align_up(data, 64);
+    L->pieces = align_up(L->entries + st->n * sizeof(st_entry), 64);
+    L->keys = L->pieces + pieces * sizeof(st_piece);
+    L->blobs = L->keys + keys;
+    L->total = L->blobs + blobs;
+    L->same = same;
+}
+
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, save_snapshot *snap, sck_state **io) {
+    sck_state_free(*io); /* its structure is about to be overwritten */
+    *io = NULL;
+    int rc = snapshot_reserve(snap, L->total ? L->total : 1);
+    sck_state *c = rc ? NULL : calloc(1, sizeof *c);
     if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
+    if (rc) return rc;
+    uint8_t *m = snap->mem;
+    st_entry *ce = (st_entry *)(void *)(m + L->entries);
+    st_piece *cp = (st_piece *)(void *)(m + L->pieces);
+    char *ck = (char *)m + L->keys;
+    uint8_t *cb = m + L->blobs;
+    size_t off = 0;
+    c->flat = 1;
+    c->e = ce;
+    c->cap = st->n;
+    /* One pass: each entry, its pieces (tensor bytes copied in state order) and its key. */
     for (size_t i = 0; i < st->n && !rc; i++) {
         const st_entry *e = &st->e[i];
-        if (e->kind == ENT_BLOB) {
-            rc = sck_state_add_blob(c, e->key, e->present ? (e->blob ? (const void *)e->blob : "") : NULL, e->blob_n);
-            continue;
+        st_entry *d = &ce[i];
+        *d = *e;
+        d->value = NULL;
+        d->blob = NULL;
+        c->n = i + 1;
+        size_t kl = strlen(e->key) + 1;
+        memcpy(ck, e->key, kl);
+        d->key = ck;
+        ck += kl;
+        d->pieces = cp;
+        d->cap = e->npieces;
+        for (size_t k = 0; k < e->npieces; k++) {
+            cp[k] = e->pieces[k];
+            if (!copy_data || e->kind != ENT_TENSOR) continue;
+            uint64_t nb = piece_bytes(e, &e->pieces[k]);
+            off = align_up(off, payload_align(nb));
+            if (nb) memcpy(m + off, e->pieces[k].data, nb);
+            cp[k].data = m + off;
+            off += nb;
         }
-        if (e->kind == ENT_VALUE) {
-            sck_value *v = e->present ? sck_value_clone(e->value) : NULL;
-            rc = e->present && !v ? sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key) : sck_state_add_value(c, e->key, v);
-            continue;
+        cp += e->npieces;
+        if (e->kind == ENT_BLOB && e->present) {
+            if (e->blob_n) memcpy(cb, e->blob, e->blob_n);
+            d->blob = cb;
+            cb += e->blob_n;
         }
-        if (e->npieces == 0) { /* an empty tensor: the entry alone */
-            int64_t z[SCK_MAX_DIMS] = {0};
-            rc = e->replicated ? sck_state_add_replicated(c, e->key, e->dtype, e->ndim, e->shape, NULL)
-                               : sck_state_add_box(c, e->key, e->dtype, e->ndim, e->shape, z, z, NULL);
-        }
-        for (size_t k = 0; k < e->npieces && !rc; k++) {
-            const st_piece *pc = &e->pieces[k];
-            uint64_t nb = piece_bytes(e, pc);
-            void *data = pc->data;
-            if (snap) {
-                uint64_t a = payload_align(nb);
-                off = (off + a - 1) / a * a;
-                if (nb) memcpy(snap->mem + off, pc->data, nb);
-                data = snap->mem + off;
-                off += nb;
-            }
-            rc = e->replicated ? sck_state_add_replicated(c, e->key, e->dtype, e->ndim, e->shape, data)
-                               : sck_state_add_box(c, e->key, e->dtype, e->ndim, e->shape, pc->box.off, pc->box.size, data);
-        }
+        if (e->kind == ENT_VALUE && e->present && !(d->value = sck_value_clone(e->value)))
+            rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key);
     }
     if (rc) {
         sck_state_free(c);
         return rc;
     }
-    *out = c;
+    *io = c;
     return SCK_OK;
 }
 

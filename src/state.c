@@ -31,12 +31,14 @@ int state_add_unexpected(sck_state *st, const char *key) {
 void sck_state_free(sck_state *st) {
     if (!st) return;
     for (size_t i = 0; i < st->n; i++) {
-        free(st->e[i].key);
-        free(st->e[i].pieces);
-        free(st->e[i].blob);
+        if (!st->flat) {
+            free(st->e[i].key);
+            free(st->e[i].pieces);
+            free(st->e[i].blob);
+        }
         sck_value_free(st->e[i].value);
     }
-    free(st->e);
+    if (!st->flat) free(st->e);
     free(st->slots);
     state_clear_unexpected(st);
     free(st);

@@ -37,6 +37,8 @@ struct sck_state {
     size_t nslots;
     char **unexpected;   /* filled by sck_load */
     size_t nunexpected;
+    int flat;            /* an async save's copy: entries, keys, pieces and blobs live in the handle's
+                          * snapshot memory (only values are owned; no hash, state_find finds nothing) */
 };
 
 st_entry *state_find(const sck_state *st, const char *key);

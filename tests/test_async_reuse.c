@@ -1,0 +1,183 @@
+/* test_async_reuse.c - saves through the same sck_async handles, as a training loop does: the plan
+ * kept from the save before is used again while every rank's structure is unchanged, and exchanged
+ * again as soon as one rank's changes or a save fails.  Every save must load back its own data and
+ * write the `.metadata` a plain sck_save of the same state writes. */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "harness.h"
+
+#define R 3
+#define ROWS 12
+#define COLS 5
+
+typedef struct loop {
+    sck_async *h[R];
+    const char *dir, *ref;     /* async saves; sck_save of the same states */
+    int layout;                /* 0, 1: two valid splits of "a"; 2: a hole at row 8 */
+    int step;
+    unsigned flags;
+    float a[ROWS * COLS];
+    double rep[7];
+    int rc[R], rc_ref[R];
+    char msg[R][512];
+} loop;
+
+static const int64_t cuts[3][R + 1] = {{0, 4, 8, 12}, {0, 3, 9, 12}, {0, 3, 8, 12}};
+
+static sck_state *loop_state(loop *L, int r) {
+    sck_state *st = sck_state_new();
+    const int64_t *c = cuts[L->layout];
+    int64_t lo = c[r], hi = L->layout == 2 && r == 2 ? 12 : c[r + 1];
+    if (L->layout == 2 && r == 2) lo = 9;
+    int64_t sh[2] = {ROWS, COLS}, off[2] = {lo, 0}, sz[2] = {hi - lo, COLS}, rs[1] = {7};
+    char blob[16];
+    int bn = snprintf(blob, sizeof blob, "step %d", L->step);
+    /* rank 2 adds its keys in reverse order */
+    for (int k = 0; k < 4; k++) {
+        switch (r == 2 ? 3 - k : k) {
+        case 0: sck_state_add_box(st, "model.a", SCK_F32, 2, sh, off, sz, L->a + lo * COLS); break;
+        case 1: sck_state_add_replicated(st, "model.rep", SCK_F64, 1, rs, L->rep); break;
+        case 2: sck_state_add_blob(st, "extra.blob", r == 1 ? blob : NULL, r == 1 ? (size_t)bn : 0); break;
+        default: sck_state_add_value(st, "extra.step", r == 0 ? sck_value_int(L->step) : NULL); break;
+        }
+    }
+    return st;
+}
+
+static int loop_rank(sck_comm *c, void *arg) {
+    loop *L = arg;
+    int r = sck_comm_rank(c);
+    sck_state *st = loop_state(L, r);
+    sck_save_opts o = {L->flags | SCK_SAVE_NO_FSYNC, 0, {0}};
+    int rc = sck_save_async(L->h[r], c, L->dir, st, &o);
+    if (!rc) rc = sck_wait(L->h[r]);
+    L->rc[r] = rc;
+    snprintf(L->msg[r], sizeof L->msg[r], "%s", sck_last_error());
+    sck_save_opts so = {SCK_SAVE_NO_FSYNC, 0, {0}};
+    L->rc_ref[r] = sck_save(c, L->ref, st, &so);
+    sck_state_free(st);
+    return rc;
+}
+
+static int file_equal(const char *a, const char *b) {
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    int same = fa && fb;
+    while (same) {
+        int x = fgetc(fa), y = fgetc(fb);
+        if (x != y) same = 0;
+        if (x == EOF) break;
+    }
+    if (fa) fclose(fa);
+    if (fb) fclose(fb);
+    return same;
+}
+
+/* The checkpoint holds step's data and the reference save's `.metadata`. */
+static void check_step(loop *L) {
+    float a[ROWS * COLS];
+    double rep[7];
+    sck_state *st = sck_state_new();
+    int64_t sh[2] = {ROWS, COLS}, z[2] = {0, 0}, rs[1] = {7};
+    sck_state_add_box(st, "model.a", SCK_F32, 2, sh, z, sh, a);
+    sck_state_add_replicated(st, "model.rep", SCK_F64, 1, rs, rep);
+    sck_state_add_blob(st, "extra.blob", NULL, 0);
+    sck_state_add_value(st, "extra.step", NULL);
+    CHECK_OK(sck_load(NULL, L->dir, st, NULL));
+    CHECK(!memcmp(a, L->a, sizeof a));
+    CHECK(!memcmp(rep, L->rep, sizeof rep));
+    const void *b;
+    size_t n;
+    char want[16];
+    snprintf(want, sizeof want, "step %d", L->step);
+    CHECK(sck_state_blob(st, "extra.blob", &b, &n) == SCK_OK && n == strlen(want) && !memcmp(b, want, n));
+    const sck_value *v = sck_state_value(st, "extra.step");
+    CHECK(v && sck_value_get_int(v) == L->step);
+    sck_state_free(st);
+    char m1[4200], m2[4200];
+    snprintf(m1, sizeof m1, "%s/.metadata", L->dir);
+    snprintf(m2, sizeof m2, "%s/.metadata", L->ref);
+    CHECK(file_equal(m1, m2));
+}
+
+TEST(async_saves_through_one_handle_reuse_the_plan_until_the_structure_changes) {
+    loop L;
+    memset(&L, 0, sizeof L);
+    char dir[4096], ref[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    snprintf(ref, sizeof ref, "%s/ref", th_tmpdir());
+    L.dir = dir, L.ref = ref;
+    for (int r = 0; r < R; r++) REQUIRE(L.h[r] = sck_async_new());
+    /* layout per step: same, same (kept plan), changed, same, a hole (error), same again, no-copy */
+    static const int layouts[] = {0, 0, 1, 1, 2, 1, 1, 0};
+    for (int s = 0; s < (int)(sizeof layouts / sizeof layouts[0]); s++) {
+        L.step = s;
+        L.layout = layouts[s];
+        L.flags = s == 6 ? SCK_SAVE_NO_COPY : 0;
+        th_fill(L.a, sizeof L.a, 100 + (uint64_t)s);
+        th_fill(L.rep, sizeof L.rep, 200 + (uint64_t)s);
+        int rc = sck_threads_run(R, loop_rank, &L);
+        if (L.layout == 2) {
+            CHECK(rc == SCK_ERR_COVERAGE);
+            for (int r = 0; r < R; r++) {
+                CHECK(L.rc[r] == SCK_ERR_COVERAGE && L.rc_ref[r] == SCK_ERR_COVERAGE);
+                CHECK(strstr(L.msg[r], "'model.a': the shards of all ranks do not cover the whole tensor") != NULL);
+                CHECK(!strcmp(L.msg[r], L.msg[0]));
+            }
+            continue;
+        }
+        CHECK_OK(rc);
+        for (int r = 0; r < R; r++) CHECK(L.rc[r] == SCK_OK && L.rc_ref[r] == SCK_OK);
+        check_step(&L);
+    }
+    for (int r = 0; r < R; r++) sck_async_free(L.h[r]);
+}
+
+/* One rank alone changes its structure (a key more) while the others keep theirs: everyone exchanges
+ * plans again, and the new key's mismatch is found identically on every rank. */
+typedef struct odd {
+    sck_async *h[R];
+    const char *dir;
+    int step;
+    int rc[R];
+    char msg[R][512];
+} odd;
+
+static int odd_rank(sck_comm *c, void *arg) {
+    odd *o = arg;
+    int r = sck_comm_rank(c);
+    static double w[8]; /* room for the F64 one */
+    int64_t sh[1] = {8}, off[1] = {0}, sz[1] = {8};
+    sck_state *st = sck_state_new();
+    sck_state_add_replicated(st, "w", SCK_F32, 1, sh, w);
+    if (o->step == 1 && r == 2) sck_state_add_box(st, "late", SCK_F32, 1, sh, off, sz, w);
+    if (o->step == 1 && r == 0) sck_state_add_box(st, "late", SCK_F64, 1, sh, off, sz, w);
+    sck_save_opts so = {SCK_SAVE_NO_FSYNC, 0, {0}};
+    int rc = sck_save_async(o->h[r], c, o->dir, st, &so);
+    if (!rc) rc = sck_wait(o->h[r]);
+    o->rc[r] = rc;
+    snprintf(o->msg[r], sizeof o->msg[r], "%s", sck_last_error());
+    sck_state_free(st);
+    return rc;
+}
+
+TEST(async_reuse_notices_a_change_on_one_rank) {
+    odd o;
+    memset(&o, 0, sizeof o);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    o.dir = dir;
+    for (int r = 0; r < R; r++) REQUIRE(o.h[r] = sck_async_new());
+    for (o.step = 0; o.step < 3; o.step++) {
+        int rc = sck_threads_run(R, odd_rank, &o);
+        if (o.step != 1) {
+            CHECK_OK(rc);
+            continue;
+        }
+        for (int r = 0; r < R; r++) {
+            CHECK(o.rc[r] == SCK_ERR_MISMATCH);
+            CHECK(strstr(o.msg[r], "'late': rank 0 and rank 2 disagree on dtype or global shape") != NULL);
+        }
+    }
+    for (int r = 0; r < R; r++) sck_async_free(o.h[r]);
+}
