@@ -19,9 +19,17 @@ static int allow_all(void *ctx, const char *module, const char *name) {
 static size_t touch(const pk_obj *o, size_t *budget) {
     if (!o || !*budget) return 0;
     (*budget)--;
-    size_t sum = (size_t)o->kind + (size_t)o->i;
-    if (o->s) sum += (unsigned char)o->s[o->len];
-    if (o->name) sum += (unsigned char)o->name[0];
+    size_t sum = (size_t)o->kind;
+    switch (o->kind) { /* the kind-specific fields share memory: read only this kind's */
+    case PK_NONE: return sum;
+    case PK_BOOL:
+    case PK_INT: return sum + (size_t)o->i;
+    case PK_FLOAT: return sum + (o->f > 0);
+    case PK_STR:
+    case PK_BYTES: return sum + (unsigned char)o->s[o->len];
+    case PK_GLOBAL: return sum + (unsigned char)o->s[0] + (unsigned char)o->name[0];
+    default: break;
+    }
     size_t entries = o->kind == PK_DICT || o->kind == PK_REDUCE || o->kind == PK_NEWOBJ ? 2 * o->n : o->n;
     for (size_t i = 0; i < entries; i++) sum += touch(o->items[i], budget);
     return sum + touch(o->a, budget) + touch(o->b, budget) + touch(o->state, budget);

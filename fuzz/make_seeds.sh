@@ -16,7 +16,8 @@ trap 'rm -rf "$w"' EXIT
 if PYTHONPATH=tests/interop "$PY" tests/interop/torch_save_ref.py "$w/torch" --single-file-per-rank >/dev/null 2>&1; then
     "$B/bin/shardckpt" convert "$w/torch" "$w/torch.safetensors" --to safetensors >/dev/null
 fi
-rm -rf fuzz/corpus
+# fuzz/corpus/meta_wire (models, not files) was made once from the pickle seeds' .metadata: kept.
+rm -rf fuzz/corpus/ckpt fuzz/corpus/pickle fuzz/corpus/zip fuzz/corpus/safetensors
 mkdir -p fuzz/corpus/ckpt fuzz/corpus/pickle fuzz/corpus/zip fuzz/corpus/safetensors
 "$PY" - "$w" <<'PYEOF'
 import glob, io, os, struct, sys, zipfile

@@ -297,9 +297,14 @@ static const char *class_of(const pk_obj *o) {
     return NULL;
 }
 
+/* What BUILD set on an object (NULL for other kinds, whose fields share state's memory). */
+static const pk_obj *build_state(const pk_obj *o) {
+    return o && (o->kind == PK_REDUCE || o->kind == PK_NEWOBJ || o->kind == PK_PERSID) ? o->state : NULL;
+}
+
 /* The attribute dict set by BUILD; (None, {slots}) and ({dict}, {slots}) forms are accepted. */
 static const pk_obj *state_of(const pk_obj *o) {
-    const pk_obj *s = o ? o->state : NULL;
+    const pk_obj *s = build_state(o);
     if (s && s->kind == PK_TUPLE && s->n == 2) {
         if (s->items[0]->kind == PK_DICT) return s->items[0];
         if (s->items[1]->kind == PK_DICT) return s->items[1];
@@ -334,7 +339,7 @@ static int get_u64(const pk_obj *o, uint64_t *out) {
 /* dtype from TensorProperties (tuple state from __getstate__, or a field dict in old pickles). */
 static void props_dtype(const pk_obj *props, ck_entry *e) {
     const pk_obj *d = NULL;
-    const pk_obj *s = props ? props->state : NULL;
+    const pk_obj *s = build_state(props);
     if (s && s->kind == PK_TUPLE && s->n >= 1) d = s->items[0];
     else if (s && s->kind == PK_DICT) d = pk_dict_get(s, "dtype");
     if (!d || d->kind != PK_GLOBAL) {

@@ -110,14 +110,13 @@ void pk_arena_free(pk_arena *a) {
 
 /* ---- nodes ---- */
 
-/* Every node is allocated as a pk_node so the parser can keep bookkeeping next to the public part. */
-typedef struct pk_node {
-    pk_obj o;
-    size_t height;      /* 0 for leaves, else 1 + the tallest child */
-    int contained;      /* already stored inside another node: modifying it could create a cycle */
-} pk_node;
+/* The parser's bookkeeping lives in pk_obj.parser_bits: the nesting height below the node (0 for
+ * leaves, else 1 + the tallest child; bounded by max_depth, which pk_parse keeps below 2^31) and
+ * whether the node is already stored inside another (modifying it then could create a cycle). */
+#define PK_CONTAINED 0x80000000u
+#define PK_HEIGHT 0x7fffffffu
 
-static pk_node *node_of(pk_obj *o) { return (pk_node *)(void *)o; }
+static uint32_t height_of(const pk_obj *o) { return o->parser_bits & PK_HEIGHT; }
 
 const char *pk_kind_name(pk_kind k) {
     switch (k) {
@@ -298,11 +297,11 @@ static int new_obj(pk_parser *P, pk_kind kind, pk_obj **out) {
     *out = NULL;   /* out-parameters are always written, which also keeps gcc -O3 quiet */
     if (P->nobjects >= P->lim.max_objects)
         return fail(P, SCK_ERR_FORMAT, "more than %zu objects", P->lim.max_objects);
-    pk_node *nd = arena_alloc_zero(P->arena, sizeof *nd);
-    if (!nd) return nomem(P);
-    nd->o.kind = kind;
+    pk_obj *o = arena_alloc_zero(P->arena, sizeof *o);
+    if (!o) return nomem(P);
+    o->kind = kind;
     P->nobjects++;
-    *out = &nd->o;
+    *out = o;
     return SCK_OK;
 }
 
@@ -365,10 +364,10 @@ static int adopt(pk_parser *P, pk_obj *parent, pk_obj *child) {
     if (child == parent)
         return fail(P, SCK_ERR_UNSUPPORTED, "a %s that contains itself (recursive objects are not supported)",
                     pk_kind_name(parent->kind));
-    pk_node *pn = node_of(parent), *cn = node_of(child);
-    cn->contained = 1;
-    if (cn->height + 1 > pn->height) pn->height = cn->height + 1;
-    if (pn->height > P->lim.max_depth)
+    child->parser_bits |= PK_CONTAINED;
+    uint32_t h = height_of(child) + 1; /* <= max_depth + 1 < 2^31 */
+    if (h > height_of(parent)) parent->parser_bits = (parent->parser_bits & PK_CONTAINED) | h;
+    if (height_of(parent) > P->lim.max_depth)
         return fail(P, SCK_ERR_FORMAT, "objects nested deeper than %zu levels", P->lim.max_depth);
     return SCK_OK;
 }
@@ -376,7 +375,7 @@ static int adopt(pk_parser *P, pk_obj *parent, pk_obj *child) {
 /* Modifying a node that is already inside another could close a cycle or make the parent's height
  * stale, so only "free-standing" nodes (the normal case in Python's output) may be modified. */
 static int check_modifiable(pk_parser *P, const pk_obj *target) {
-    if (node_of((pk_obj *)target)->contained)
+    if (target->parser_bits & PK_CONTAINED)
         return fail(P, SCK_ERR_UNSUPPORTED,
                     "modifies a %s already stored inside another object (recursive objects are not supported)",
                     pk_kind_name(target->kind));
@@ -1108,6 +1107,7 @@ int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, vo
     P.allow = allow;
     P.allow_ctx = allow_ctx;
     P.lim.max_depth = limits && limits->max_depth ? limits->max_depth : 256;
+    if (P.lim.max_depth > PK_HEIGHT - 1) P.lim.max_depth = PK_HEIGHT - 1; /* heights fit in parser_bits */
     P.lim.max_objects = limits && limits->max_objects ? limits->max_objects : (size_t)16 << 20;
     P.lim.max_memo = limits && limits->max_memo ? limits->max_memo : (size_t)16 << 20;
     P.arena = calloc(1, sizeof *P.arena);

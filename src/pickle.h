@@ -28,21 +28,30 @@ typedef enum pk_kind {
 } pk_kind;
 
 typedef struct pk_obj pk_obj;
+/* One node.  The kind-specific fields share memory (a big `.metadata` makes millions of nodes), so
+ * read a field only after checking `kind`: e.g. `s` of a PK_LIST is its items pointer. */
 struct pk_obj {
     pk_kind kind;
-    int64_t i;          /* PK_BOOL (0/1), PK_INT */
-    double f;           /* PK_FLOAT */
-    char *s;            /* PK_STR / PK_BYTES data (NUL-terminated), PK_GLOBAL module */
-    size_t len;         /* PK_STR / PK_BYTES length */
-    char *name;         /* PK_GLOBAL name */
-    pk_obj **items;     /* PK_TUPLE / PK_LIST / PK_SET: n items; PK_DICT: 2n entries k0,v0,k1,v1,...
-                         * PK_REDUCE / PK_NEWOBJ: dict items added by SETITEM(S) (e.g. collections.
-                         * OrderedDict), laid out like PK_DICT.  Duplicate keys are all kept, in order. */
-    size_t n;
-    size_t cap;
-    pk_obj *a, *b;      /* see kinds */
-    pk_obj *state;      /* set by BUILD on a PK_REDUCE / PK_NEWOBJ / PK_PERSID (NULL if none); BUILD on
-                         * builtin kinds fails, as it does in Python */
+    uint32_t parser_bits;       /* the parser's own bookkeeping: not for callers */
+    union {
+        int64_t i;              /* PK_BOOL (0/1), PK_INT */
+        double f;               /* PK_FLOAT */
+        struct {
+            char *s;            /* PK_STR / PK_BYTES data (NUL-terminated), PK_GLOBAL module */
+            size_t len;         /* PK_STR / PK_BYTES length */
+            char *name;         /* PK_GLOBAL name */
+        };
+        struct {
+            pk_obj **items;     /* PK_TUPLE / PK_LIST / PK_SET: n items; PK_DICT: 2n entries k0,v0,k1,v1,...
+                                 * PK_REDUCE / PK_NEWOBJ: dict items added by SETITEM(S) (e.g. collections.
+                                 * OrderedDict), laid out like PK_DICT.  Duplicate keys are all kept, in order. */
+            size_t n;
+            size_t cap;
+            pk_obj *a, *b;      /* PK_REDUCE / PK_NEWOBJ / PK_PERSID: see kinds */
+            pk_obj *state;      /* set by BUILD on a PK_REDUCE / PK_NEWOBJ / PK_PERSID (NULL if none); BUILD
+                                 * on builtin kinds fails, as it does in Python */
+        };
+    };
 };
 
 /* Limits guarding against hostile input. */

@@ -583,6 +583,7 @@ static void walk(const pk_obj *o, size_t depth, size_t *budget) {
     CHECK(depth <= 257);
     if (o->kind == PK_STR || o->kind == PK_BYTES || o->kind == PK_GLOBAL) CHECK(o->s && o->s[o->len] == 0);
     if (o->kind == PK_GLOBAL) CHECK(o->name && strlen(o->name) > 0);
+    if (o->kind < PK_TUPLE || o->kind == PK_GLOBAL) return; /* leaves: the fields below share their memory */
     size_t entries = o->kind == PK_DICT || o->kind == PK_REDUCE || o->kind == PK_NEWOBJ ? 2 * o->n : o->n;
     CHECK(entries <= o->cap);
     for (size_t i = 0; i < entries; i++) walk(o->items[i], depth + 1, budget);
