@@ -583,16 +583,24 @@ static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
 }
 
 /* Reads the whole item once, window by window: each window is checksummed and the parts of the runs
- * it holds are copied out.  The item is read once, not once to check and again to copy. */
-static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l) {
+ * it holds are copied out.  The item is read once, not once to check and again to copy.  Without
+ * `check` (another rank checks the item), only the bytes from the first run to the end of the last
+ * are streamed, and not checksummed. */
+static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l, int check) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     item_rd *ird = rx->ird;
-    uint64_t pos = c->offset;
+    uint64_t pos = c->offset, to = c->offset + c->length;
+    if (!check && l->n) {
+        pos = rx->base + l->r[0][0];
+        to = rx->base + l->r[l->n - 1][0] + l->r[l->n - 1][2];
+        if (pos < c->offset || to > c->offset + c->length || pos > to)
+            return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
+    }
     uint32_t crc = 0;
     size_t k = 0;
     uint64_t done = 0; /* bytes of run k already copied */
     span_it it;
-    span_begin(&it, ird, c->offset, c->offset + c->length);
+    span_begin(&it, ird, pos, to);
     for (;;) {
         const uint8_t *p;
         uint64_t len;
@@ -602,7 +610,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
             return rc;
         }
         if (!len) break;
-        crc = sck_crc32c(crc, p, (size_t)len);
+        if (check) crc = sck_crc32c(crc, p, (size_t)len);
         while (k < l->n) {
             uint64_t a = rx->base + l->r[k][0] + done, left = l->r[k][2] - done;
             if (a < pos) { /* only a view reaching before its own item gets here */
@@ -621,7 +629,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
         pos += len;
     }
     if (k < l->n) return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
-    return crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+    return check && crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
@@ -695,6 +703,28 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
     if (nx->len > HEAD_BYTES) posix_fadvise(fd, (off_t)(nx->off + nx->len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
 }
 
+/* The runs of an item another rank checks, and no more of it: long runs straight into the destination;
+ * many short runs in file order (column blocks) in one pass from the first to the end of the last,
+ * read ahead as the checked pass is, rather than run by run through the windows. */
+static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, const int64_t *strides,
+                             run_ctx *rx) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    box_runs(&c->box, strides, want, ov, rx->elem, collect_run, &l);
+    if (l.n > 1 && l.n <= MAX_RUNS && box_numel(ov) * rx->elem / l.n < DIRECT_RUN) {
+        l.cap = l.n;
+        l.n = 0;
+        l.ordered = 1;
+        if ((l.r = malloc(l.cap * sizeof *l.r))) { /* else run by run: slower, not wrong */
+            box_runs(&c->box, strides, want, ov, rx->elem, collect_run, &l);
+            int ordered = l.ordered, rc = ordered ? check_and_copy(ck, ei, ci, rx, &l, 0) : SCK_OK;
+            free(l.r);
+            if (ordered) return rc;
+        }
+    }
+    return box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
+}
+
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -723,7 +753,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     int peer = ck->peer_checks && ck->peer_checks[ei] && ck->peer_checks[ei][ci];
     int check = ck->verify && c->has_crc && !r->verified && !peer;
     if (!check) {
-        rc = box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+        rc = peer ? copy_peer_checked(ck, ei, ci, want, ov, r->strides, &rx) : box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
             char msg[1024];
@@ -753,7 +783,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
         if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
         box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
         if (l.ordered) {
-            rc = check_and_copy(ck, ei, ci, &rx, &l);
+            rc = check_and_copy(ck, ei, ci, &rx, &l, 1);
             free(l.r);
             r->verified = !rc;
             return rc;
