@@ -19,42 +19,82 @@
 #include "fileio.h"
 #include "save_job.h"
 
-#define ITEM_REC 24     /* per item in collective 2: offset, length, CRC-32C (le64 each) */
-#define ID_REC 16       /* in collective 1: rank 0's commit id ... */
-#define REC1 (ID_REC + 1) /* ... and 1 when the rank keeps a plan for its state's structure */
+/* Collective 2 carries, per item, its offset (as the distance from the end of the item before,
+ * zigzag varint: items are written back to back, so usually 0), its length (varint) and its CRC-32C
+ * (le32): a few bytes instead of 24 per item, sent to every rank. */
+#define ITEM_REC_MAX 24
+#define ID_REC 16       /* in collective 1: rank 0's commit id, then 1 when the rank keeps a plan for its */
+#define REC1 (2 * ID_REC + 1) /* state's structure and rank, then the id of the exchange that plan came from */
+
+static uint8_t *put_var(uint8_t *q, uint64_t v) {
+    while (v >= 0x80) {
+        *q++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *q++ = (uint8_t)v;
+    return q;
+}
+
+static int get_var(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    *v = 0;
+    for (unsigned s = 0; s < 64 && *p < end; s += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80)) return 1;
+    }
+    return 0;
+}
+
+/* This rank's item records for collective 2 (recs: offset, length, CRC-32C per item). */
+static size_t encode_recs(const uint64_t *recs, size_t n, uint8_t *out) {
+    uint8_t *q = out;
+    uint64_t next = 0;
+    for (size_t i = 0; i < n; i++, recs += 3) {
+        uint64_t d = recs[0] - next; /* two's complement; zigzag keeps a small backward step small */
+        q = put_var(q, (d << 1) ^ (uint64_t)((int64_t)d >> 63));
+        q = put_var(q, recs[1]);
+        for (int k = 0; k < 4; k++) *q++ = (uint8_t)(recs[2] >> (8 * k));
+        next = recs[0] + recs[1];
+    }
+    return (size_t)(q - out);
+}
 
 /* Fills in every chunk's offset, length and checksum from the gathered per-rank records. */
 static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts) {
     const uint8_t *q = all;
     for (int r = 0; r < p->nranks; r++) {
-        if (counts[r] != p->nitems[r] * ITEM_REC)
-            return sck_err(SCK_ERR_FORMAT, "rank %d reported %zu bytes of item records, expected %zu", r, counts[r],
-                           p->nitems[r] * ITEM_REC);
+        const uint8_t *end = q + counts[r];
+        uint64_t next = 0;
         for (size_t i = 0; i < p->nitems[r]; i++) {
             const plan_item *it = &p->items[r][i];
             ck_chunk *c = &p->m.e[it->entry].chunks[it->chunk];
-            uint64_t crc;
-            memcpy(&c->offset, q + ITEM_REC * i, 8);
-            memcpy(&c->length, q + ITEM_REC * i + 8, 8);
-            memcpy(&crc, q + ITEM_REC * i + 16, 8);
-            c->crc32c = (uint32_t)crc;
+            uint64_t z, len;
+            if (!get_var(&q, end, &z) || !get_var(&q, end, &len) || end - q < 4)
+                return sck_err(SCK_ERR_FORMAT, "rank %d's record of item %zu is truncated", r, i);
+            c->offset = next + ((z >> 1) ^ (~(z & 1) + 1));
+            c->length = len;
+            c->crc32c = sck_le32(q);
             c->has_crc = 1;
+            q += 4;
+            next = c->offset + c->length;
         }
-        q += counts[r];
+        if (q != end) return sck_err(SCK_ERR_FORMAT, "rank %d reported %zu bytes of item records, more than its %zu items", r, counts[r], p->nitems[r]);
     }
     return SCK_OK;
 }
 
-/* Rank 0's commit id and whether every rank keeps a plan for its state (collective 1's records). */
+/* Rank 0's commit id, and whether every rank keeps a plan for its state from one and the same
+ * exchange (the same ranks, the same structures: the same plan again), from collective 1's records. */
 static int read_rec1(const uint8_t *all, const size_t *counts, int nranks, char *id, int *reuse) {
     *reuse = 1;
     for (int k = 0; k < nranks; k++) {
         if (counts[k] != REC1) return sck_err(SCK_ERR_FORMAT, "rank %d sent a %zu-byte save header, expected %d", k, counts[k], REC1);
+        const uint8_t *rec = all + (size_t)k * REC1;
         if (k == 0) {
-            memcpy(id, all, COMMIT_ID_LEN);
+            memcpy(id, rec, COMMIT_ID_LEN);
             id[COMMIT_ID_LEN] = 0;
         }
-        if (all[(size_t)k * REC1 + ID_REC] != 1) *reuse = 0;
+        if (rec[ID_REC] != 1 || memcmp(rec + ID_REC + 1, all + ID_REC + 1, ID_REC)) *reuse = 0;
     }
     return SCK_OK;
 }
@@ -88,7 +128,10 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     if (keep) save_copy_measure(st, keep->copy, copy_data, &L);
     uint8_t rec[REC1] = {0};
     if (rank == 0 && j->cm.dir) memcpy(rec, j->cm.id, COMMIT_ID_LEN);
-    rec[ID_REC] = keep && keep->plan_ok && L.same;
+    if (keep && keep->plan_ok && L.same && keep->rank == rank && keep->plan.nranks == comm->size) {
+        rec[ID_REC] = 1;
+        memcpy(rec + ID_REC + 1, keep->exchange, ID_REC);
+    }
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
@@ -112,6 +155,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
             j->plan = keep->plan;
             memset(&keep->plan, 0, sizeof keep->plan);
         }
+        memcpy(j->exchange, reuse ? keep->exchange : (const char *)id, ID_REC);
         plan_free(&keep->plan);
         keep->plan_ok = 0;
     }
@@ -181,8 +225,12 @@ int save_finish(save_job *j) {
     int local = j->local;
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
     void *all = NULL;
-    size_t n = !local && j->recs ? j->plan.nitems[rank] * ITEM_REC : 0;
-    int rc = counts ? comm_agree_gather(comm, local, j->recs, n, &all, counts) : comm_agree(comm, local);
+    size_t n = 0, nitems = !local && j->recs ? j->plan.nitems[rank] : 0;
+    uint8_t *recs = nitems ? malloc(nitems * ITEM_REC_MAX) : NULL;
+    if (nitems && !recs && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
+    if (recs) n = encode_recs(j->recs, nitems, recs);
+    int rc = counts ? comm_agree_gather(comm, local, recs, n, &all, counts) : comm_agree(comm, local);
+    free(recs);
     save_free_items(j);
 
     /* Collective 3: rank 0 writes .metadata last and swaps the directory into place. */
@@ -201,6 +249,8 @@ int save_finish(save_job *j) {
     if (j->keep && j->plan.nitems) { /* valid for this structure, whatever became of the save */
         j->keep->plan = j->plan;
         j->keep->plan_ok = 1;
+        j->keep->rank = j->rank;
+        memcpy(j->keep->exchange, j->exchange, sizeof j->exchange);
         memset(&j->plan, 0, sizeof j->plan);
     }
     plan_free(&j->plan);

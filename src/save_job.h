@@ -21,7 +21,7 @@
 
 /* One item of this rank's data file: the archive's data.pkl and, for tensors, the payload. */
 typedef struct save_src {
-    sck_buf pkl;
+    size_t pkl_off, pkl_len;  /* in save_job.pkls (items with equal data.pkl share one copy) */
     const uint8_t *payload;   /* caller's buffer, or inside the snapshot; NULL for bytes/values */
     uint64_t plen;
 } save_src;
@@ -40,8 +40,10 @@ typedef struct save_snapshot {
 typedef struct save_keep {
     save_snapshot snap;
     sck_state *copy;          /* the last save's state (flat, in snap); NULL after a failed copy */
-    save_plan plan;           /* built from the exchange of copy's structure */
+    save_plan plan;           /* built from the exchange of copy's structure ... */
     int plan_ok;
+    int rank;                 /* ... for this rank ... */
+    char exchange[16];        /* ... in the save whose commit id this is (the same on every rank) */
 } save_keep;
 
 /* Where a state copy goes in the snapshot (save_copy_measure), and whether the state has the
@@ -63,12 +65,14 @@ typedef struct save_job {
     int local;                /* this rank's error since then (carried into collective 2) */
     char local_msg[1024];     /* its message, kept across threads */
     save_src *src;            /* plan.nitems[rank] items */
+    sck_buf pkls;             /* their data.pkl, back to back */
     uint64_t *recs;           /* per item: offset, length, CRC-32C */
     /* Async saves build the plan on the background thread: the gathered plans wait here (NULL when
      * the kept plan is used again), and the caller's state is replaced by keep->copy. */
     void *all;
     size_t *counts;
     save_keep *keep;          /* async saves only */
+    char exchange[16];        /* the commit id of the save whose exchange the plan comes from */
 } save_job;
 
 /* Flags and options checked by the caller.  keep (async saves): copy the state into keep (tensor

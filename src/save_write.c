@@ -21,9 +21,7 @@
 static uint32_t payload_align(uint64_t plen) { return plen >= PAGE_ALIGN_MIN ? WS_ALIGN : ITEM_ALIGN; }
 
 void save_free_items(save_job *j) {
-    if (j->src) {
-        for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) sck_buf_free(&j->src[i].pkl);
-    }
+    sck_buf_free(&j->pkls);
     free(j->src);
     j->src = NULL;
     free(j->recs);
@@ -149,27 +147,41 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     j->recs = calloc(3 * n + 1, sizeof *j->recs);
     if (!j->src || !j->recs) return sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
     int rc = SCK_OK;
+    /* Shards of a model are mostly alike: a tensor item with the dtype and sizes of the tensor item
+     * before has the same data.pkl, kept once. */
+    const st_entry *last = NULL;
+    const sck_box *last_box = NULL;
+    size_t last_off = 0, last_len = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         const plan_item *it = &p->items[j->rank][i];
         /* The state the plan was encoded from (or its copy, entry for entry): no lookups by key. */
         const st_entry *se = it->local_entry < st->n ? &st->e[it->local_entry] : NULL;
         save_src *s = &j->src[i];
         if (!se) return sck_err(SCK_ERR_INVALID_ARG, "item %zu: missing from the local state", i);
+        size_t at = j->pkls.len;
         if (se->kind == ENT_TENSOR) {
             if (it->local_piece >= se->npieces) return sck_err(SCK_ERR_INVALID_ARG, "'%s': piece %zu missing from the local state", se->key, it->local_piece);
             const st_piece *pc = &se->pieces[it->local_piece];
             s->payload = pc->data;
             s->plen = box_numel(&pc->box) * sck_dtype_size(se->dtype);
-            rc = ti_encode_tensor_pkl(&s->pkl, se->dtype, se->ndim, pc->box.size);
+            if (last && last->dtype == se->dtype && last->ndim == se->ndim &&
+                !memcmp(last_box->size, pc->box.size, (size_t)se->ndim * sizeof(int64_t))) {
+                s->pkl_off = last_off, s->pkl_len = last_len;
+                continue;
+            }
+            rc = ti_encode_tensor_pkl(&j->pkls, se->dtype, se->ndim, pc->box.size);
             if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
+            last = se, last_box = &pc->box, last_off = at, last_len = j->pkls.len - at;
         } else if (se->kind == ENT_BLOB) {
             /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
             sck_value *b = sck_value_bytes(se->blob, se->blob_n);
-            rc = b ? ti_encode_value_pkl(&s->pkl, b) : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", se->key);
+            rc = b ? ti_encode_value_pkl(&j->pkls, b) : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", se->key);
             sck_value_free(b);
         } else {
-            rc = ti_encode_value_pkl(&s->pkl, se->value);
+            rc = ti_encode_value_pkl(&j->pkls, se->value);
         }
+        s->pkl_off = at;
+        s->pkl_len = j->pkls.len - at;
     }
     return rc;
 }
@@ -177,11 +189,12 @@ int save_prepare_items(save_job *j, const sck_state *st) {
 /* Appends one torch.save archive (data.pkl and optional payload) to the stream; rec receives its
  * offset, length and the CRC-32C of all its bytes.  The payload goes by reference: it stays valid
  * until the stream is closed. */
-static int write_archive(wstream *w, const char *path, const save_src *s, uint64_t *rec) {
+static int write_archive(wstream *w, const char *path, const uint8_t *pkls, const save_src *s, uint64_t *rec) {
     zip_entry ents[4];
     size_t n;
     uint32_t crc = s->payload ? sck_crc32(0, s->payload, s->plen) : 0;
-    ti_entries(ents, &n, &s->pkl, s->payload, s->plen, crc);
+    sck_buf pkl = {(uint8_t *)(uintptr_t)(pkls + s->pkl_off), s->pkl_len, s->pkl_len}; /* a view */
+    ti_entries(ents, &n, &pkl, s->payload, s->plen, crc);
     size_t big = SIZE_MAX; /* the tensor record gets the page alignment, data.pkl and the rest torch's 64 */
     for (size_t k = 0; k < n && s->payload; k++)
         if (ents[k].data == s->payload) big = k;
@@ -211,12 +224,12 @@ int save_write_file(save_job *j) {
     int k = snprintf(path, sizeof path, "%s/__%d_0.distcp", j->cm.tmp, j->rank);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", j->cm.tmp);
     uint64_t expect = 0; /* payloads, data.pkl, at most a page of alignment and 1 KiB of zip records each */
-    for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) expect += j->src[i].plen + j->src[i].pkl.len + WS_ALIGN + 1024;
+    for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) expect += j->src[i].plen + j->src[i].pkl_len + WS_ALIGN + 1024;
     ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, expect};
     wstream *w;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
-    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, &j->src[i], &j->recs[3 * i]);
+    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[3 * i]);
     if (rc) {
         ws_abort(w);
         return rc;

@@ -181,3 +181,55 @@ TEST(async_reuse_notices_a_change_on_one_rank) {
     }
     for (int r = 0; r < R; r++) sck_async_free(o.h[r]);
 }
+
+/* Handles passed to other ranks: every rank's structure is the same (replicated tensors only) and
+ * every handle keeps a plan from the same exchange, but each plan was built for another rank. */
+typedef struct swap {
+    sck_async *h[R];
+    const char *dir;
+    int rot;
+    float x[6][10];
+} swap;
+
+static int swap_rank(sck_comm *c, void *arg) {
+    swap *s = arg;
+    int r = sck_comm_rank(c);
+    int64_t sh[1] = {10};
+    sck_state *st = sck_state_new();
+    for (int k = 0; k < 6; k++) {
+        char key[16];
+        snprintf(key, sizeof key, "x%d", k);
+        sck_state_add_replicated(st, key, SCK_F32, 1, sh, s->x[k]);
+    }
+    sck_save_opts so = {SCK_SAVE_NO_FSYNC, 0, {0}};
+    sck_async *h = s->h[(r + s->rot) % R];
+    int rc = sck_save_async(h, c, s->dir, st, &so);
+    if (!rc) rc = sck_wait(h);
+    sck_state_free(st);
+    return rc;
+}
+
+TEST(async_handles_used_by_other_ranks_do_not_reuse_their_plans) {
+    swap s;
+    memset(&s, 0, sizeof s);
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    s.dir = dir;
+    for (int r = 0; r < R; r++) REQUIRE(s.h[r] = sck_async_new());
+    for (s.rot = 0; s.rot < 3; s.rot++) {
+        th_fill(s.x, sizeof s.x, 300 + (uint64_t)s.rot);
+        REQUIRE_OK(sck_threads_run(R, swap_rank, &s));
+        float got[6][10];
+        int64_t sh[1] = {10};
+        sck_state *st = sck_state_new();
+        for (int k = 0; k < 6; k++) {
+            char key[16];
+            snprintf(key, sizeof key, "x%d", k);
+            sck_state_add_replicated(st, key, SCK_F32, 1, sh, got[k]);
+        }
+        CHECK_OK(sck_load(NULL, dir, st, NULL));
+        CHECK(!memcmp(got, s.x, sizeof got));
+        sck_state_free(st);
+    }
+    for (int r = 0; r < R; r++) sck_async_free(s.h[r]);
+}
