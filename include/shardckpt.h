@@ -376,6 +376,11 @@ void sck_async_free(sck_async *a);
  *
  * Only the plan exchange and the copy run in the caller's thread: the
  * plan's checks (dtype, shape, coverage) run on the background thread too.
+ * The handle keeps the last plan and its snapshot memory: when every rank
+ * saves a state of the same structure as last time through this handle
+ * (same keys, kinds, dtypes, shapes and boxes; the usual training loop),
+ * the plans are not exchanged or checked again, and the caller's thread
+ * pays for one small status exchange, a structure compare and the copy.
  * Returns the status of the plan exchange, agreed by every rank (bad
  * arguments, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER; also
  * SCK_ERR_INVALID_ARG when a save is already pending on `a`).  On error no
