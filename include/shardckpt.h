@@ -427,9 +427,13 @@ typedef struct sck_load_opts {
  * saved; blobs and values requested are filled in.  Collective.
  *
  * Checksums: a CRC-32C covers a whole saved item (chunk).  When several ranks
- * read parts of one item (a resharded load), one of them (the rank needing
- * most of it) reads and checks it whole and the others read only their
- * bytes; if any check fails the load fails on every rank, so no rank
+ * read parts of one item (a resharded load), each reading it as a few runs
+ * (e.g. row blocks), every reader checksums the runs it reads, the rank
+ * needing most of the item (its owner) reads only the rest (headers, bytes
+ * nobody requested), and the final agreement combines these CRCs into the
+ * item's: the item is read once in all.  Read as many short runs (column
+ * blocks), the owner reads and checks it whole and the others read only
+ * their bytes.  If any check fails the load fails on every rank, so no rank
  * returns SCK_OK with a byte from an item that does not match.  Items no
  * rank reads are not checked.  A rank loading with SCK_LOAD_NO_VERIFY
  * checks nothing, for itself or for others.

@@ -47,6 +47,9 @@ void sck_ckpt_close(sck_ckpt *ck) {
     ckpt_free_res(ck);
     for (size_t i = 0; ck->peer_checks && i < ck->m.n; i++) free(ck->peer_checks[i]);
     free(ck->peer_checks);
+    for (size_t i = 0; i < ck->ncombs; i++) free(ck->combs[i].r);
+    free(ck->combs);
+    free(ck->segs);
     ck_meta_free(&ck->m);
     free(ck->dir);
     free(ck->order);
@@ -374,7 +377,7 @@ static void fmt_dims(char *buf, size_t cap, const sck_box *b) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
-static int crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
+int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
     char what[4600], at[400] = "";
@@ -466,7 +469,7 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
         crc = sck_crc32c(crc, known, (size_t)known_len);
         if (!rc) rc = crc_span(&ird, known_off + known_len, end, &crc);
     }
-    if (!rc && c->has_crc && crc != c->crc32c) rc = crc_mismatch(ck, ei, ci, crc);
+    if (!rc && c->has_crc && crc != c->crc32c) rc = ckpt_crc_mismatch(ck, ei, ci, crc);
     return rc;
 }
 
@@ -629,7 +632,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
         pos += len;
     }
     if (k < l->n) return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", ird->what);
-    return check && crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+    return check && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
@@ -662,7 +665,7 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
         return rc;
     }
     if ((rc = crc_span(ird, abs + len, c->offset + c->length, &crc))) return rc;
-    return c->has_crc && crc != c->crc32c ? crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+    return c->has_crc && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
 static int cmp_span(const void *a, const void *b) {
@@ -725,6 +728,142 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
     return box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
 }
 
+/* Collects absolute file ranges of runs (ckpt_overlap_runs). */
+typedef struct range_list {
+    uint64_t base, lo, hi;  /* view's element 0; the item's bounds */
+    uint64_t (*rg)[2];
+    size_t n, cap;
+    int outside;
+} range_list;
+
+static int collect_range(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
+    range_list *l = vctx;
+    (void)d;
+    uint64_t a = l->base + s;
+    if (a < l->lo || a > l->hi || n > l->hi - a) l->outside = 1;
+    if (l->n < l->cap) l->rg[l->n][0] = a, l->rg[l->n][1] = n;
+    l->n++;
+    return 0;
+}
+
+int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, uint64_t (*rg)[2], size_t cap,
+                      size_t *n) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    ck_res *r = NULL;
+    *n = 0;
+    int rc = ckpt_resolve_chunk(ck, ei, ci, &r);
+    if (rc) return rc;
+    range_list l = {r->data_off, c->offset, c->offset + c->length, rg, 0, cap, 0};
+    box_runs(&c->box, r->strides, want, ov, sck_dtype_size((sck_dtype)ck->m.e[ei].dtype), collect_range, &l);
+    if (l.outside) {
+        char what[4600];
+        item_what(ck, &ck->m.e[ei], c, what, sizeof what);
+        return sck_err(SCK_ERR_FORMAT, "%s: a run of the chunk lies outside its item", what);
+    }
+    *n = l.n;
+    return SCK_OK;
+}
+
+static int push_seg(sck_ckpt *ck, uint64_t item, uint64_t off, uint64_t len, uint32_t crc, const char *what) {
+    if (ck->nsegs == ck->capsegs) {
+        size_t cap = ck->capsegs ? 2 * ck->capsegs : 64;
+        ck_seg *p = realloc(ck->segs, cap * sizeof *p);
+        if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for checksums", what);
+        ck->segs = p;
+        ck->capsegs = cap;
+    }
+    ck->segs[ck->nsegs++] = (ck_seg){item, off, len, crc, 0};
+    return SCK_OK;
+}
+
+static ck_comb *find_comb(sck_ckpt *ck, size_t ei, size_t ci) {
+    size_t lo = 0, hi = ck->ncombs;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ck_comb *m = &ck->combs[mid];
+        if (m->ei < ei || (m->ei == ei && m->ci < ci)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < ck->ncombs && ck->combs[lo].ei == ei && ck->combs[lo].ci == ci ? &ck->combs[lo] : NULL;
+}
+
+/* One run read into the destination with the CRC-32C of its file bytes (taken before any swap):
+ * long runs on the read-ahead pipe, checksummed slice by slice as they arrive. */
+static int read_run_crc(run_ctx *rx, uint64_t src_off, uint64_t dst_off, uint64_t n, uint32_t *crc) {
+    sck_ckpt *ck = rx->ird->ck;
+    const ck_chunk *c = rx->ird->c;
+    uint64_t abs = rx->base + src_off;
+    uint8_t *d = rx->dst + dst_off;
+    int rc;
+    *crc = 0;
+    if (n >= PIPE_MIN && !ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
+    if (n >= PIPE_MIN && ck->rp) {
+        rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, n, d, rx->ird->what);
+        for (uint64_t got = 0; !rc && got < n;) {
+            const uint8_t *p;
+            uint64_t k;
+            if ((rc = rp_next(ck->rp, &p, &k))) break;
+            if (!k) {
+                rc = sck_err(SCK_ERR_IO, "%s: read ahead stopped at %llu of %llu bytes", rx->ird->what, (unsigned long long)got,
+                             (unsigned long long)n);
+                break;
+            }
+            *crc = sck_crc32c(*crc, p, (size_t)k);
+            got += k;
+        }
+        if (rc) rp_finish(ck->rp);
+    } else if (n >= DIRECT_RUN) {
+        if (!(rc = read_long(ck, c->file, d, n, abs, rx->ird->what))) *crc = sck_crc32c(0, d, (size_t)n);
+    } else {
+        const uint8_t *p;
+        if (!(rc = item_view(rx->ird, abs, n, &p))) {
+            memcpy(d, p, n);
+            *crc = sck_crc32c(0, p, (size_t)n);
+        }
+    }
+    if (!rc && rx->swap) swap_elems(d, n, rx->elem);
+    return rc;
+}
+
+typedef struct comb_ctx {
+    run_ctx *rx;
+    ck_comb *cb;
+} comb_ctx;
+
+/* A run of a combined item: a segment of this rank is read with its CRC recorded, any other run
+ * (one another rank's segment already covers) is only copied. */
+static int copy_comb_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t n) {
+    comb_ctx *x = vctx;
+    uint64_t abs = x->rx->base + src_off;
+    for (size_t k = 0; k < x->cb->nseg; k++) {
+        uint64_t *g = x->cb->r[k];
+        if (g[2] || g[0] != abs || g[1] != n) continue;
+        uint32_t crc;
+        int rc = read_run_crc(x->rx, src_off, dst_off, n, &crc);
+        if (!rc) rc = push_seg(x->rx->ird->ck, x->cb->item, abs, n, crc, x->rx->ird->what);
+        if (!rc) g[2] = 1;
+        return rc;
+    }
+    return copy_run(x->rx, src_off, dst_off, n);
+}
+
+/* This rank's part of an item checked by combining CRCs (src/load_checks.h): the owner first
+ * checksums the gaps, once; then every reader copies its runs, checksumming its segments. */
+static int read_combined(sck_ckpt *ck, ck_comb *cb, const sck_box *want, const sck_box *ov, const int64_t *strides, run_ctx *rx) {
+    const ck_chunk *c = rx->ird->c;
+    for (size_t k = cb->nseg; k < cb->nseg + cb->ngap; k++) {
+        uint64_t *g = cb->r[k];
+        if (g[2]) continue;
+        uint32_t crc = 0;
+        int rc = crc_span(rx->ird, g[0], g[0] + g[1], &crc);
+        if (!rc) rc = push_seg(ck, cb->item, g[0], g[1], crc, rx->ird->what);
+        if (rc) return rc;
+        g[2] = 1;
+    }
+    comb_ctx x = {rx, cb};
+    return box_runs(&c->box, strides, want, ov, rx->elem, copy_comb_run, &x);
+}
+
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -750,10 +889,14 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
                           POSIX_FADV_WILLNEED); /* advice only */
         prefetch_next(ck, c);
     }
-    int peer = ck->peer_checks && ck->peer_checks[ei] && ck->peer_checks[ei][ci];
+    int peer = ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
+    ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
+    if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
     int check = ck->verify && c->has_crc && !r->verified && !peer;
     if (!check) {
-        rc = peer ? copy_peer_checked(ck, ei, ci, want, ov, r->strides, &rx) : box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+        rc = cb     ? read_combined(ck, cb, want, ov, r->strides, &rx)
+             : peer ? copy_peer_checked(ck, ei, ci, want, ov, r->strides, &rx)
+                    : box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
             char msg[1024];

@@ -20,6 +20,25 @@ typedef struct ck_span {
     uint64_t off, len;
 } ck_span;
 
+/* A checksummed range of an item's file bytes, one part of a combined check (src/load_checks.h):
+ * what a rank sends in load's final agreement. */
+typedef struct ck_seg {
+    uint64_t item;                  /* item number across entries, in model order */
+    uint64_t off, len;              /* absolute file range */
+    uint32_t crc;                   /* CRC-32C of those file bytes (before any byte swap) */
+    uint32_t pad;
+} ck_seg;
+
+/* This rank's share of the combined check of one item: while copying its runs it checksums those that
+ * are segments (r[0..nseg)); the owner also reads the gaps nobody else reads (r[nseg..nseg+ngap),
+ * headers and trailer included) only to checksum them.  r[k][2]: 1 once recorded. */
+typedef struct ck_comb {
+    size_t ei, ci;
+    uint64_t item;
+    size_t nseg, ngap;
+    uint64_t (*r)[3];
+} ck_comb;
+
 typedef struct ck_file {
     int fd;                         /* -1 until opened; headers, windows and checks read through it */
     int sfd;                        /* the same file again, for long runs of tensor data: a read-ahead
@@ -43,7 +62,13 @@ struct sck_ckpt {
     size_t nspans;
     uint8_t **peer_checks;          /* per entry (NULL: none), per chunk: 1 if another rank of this load
                                      * checks the item (src/load_checks.h), so reads here copy only
-                                     * their runs; NULL (the default): every item read is checked */
+                                     * their runs; NULL (the default): every item read is checked;
+                                     * 2: checked by combining the readers' CRCs (combs below) */
+    ck_comb *combs;                 /* by (ei, ci): this rank's shares of combined checks */
+    size_t ncombs;
+    ck_seg *segs;                   /* CRCs this rank computed for combined checks, in reading order */
+    size_t nsegs, capsegs;
+    int plan_failed;                /* out of memory planning this rank's share: the load must fail */
 };
 
 /* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */
@@ -60,6 +85,13 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out);
  * item), which are then not read again.  Errors: SCK_ERR_CHECKSUM (names file, key, item offset and
  * chunk), SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
 int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len);
+/* The file ranges (absolute offset, length) box_runs gives for overlap ov of chunk ci with want,
+ * resolving the chunk first: the first `cap` into rg, their count in *n (may exceed cap).  Errors: the
+ * resolve's; SCK_ERR_FORMAT if a run lies outside the item. */
+int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, uint64_t (*rg)[2], size_t cap,
+                      size_t *n);
+/* SCK_ERR_CHECKSUM naming file, key, item offset and chunk: the item's bytes have CRC-32C `crc`. */
+int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */
 int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst);
 /* Reads the raw bytes of a bytes entry (caller frees). */

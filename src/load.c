@@ -181,9 +181,14 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */
     rc = lc_assign(comm, ck, st);
-    int local = rc ? SCK_OK : load_local(ck, st, flags);
+    if (rc) {
+        sck_ckpt_close(ck);
+        return rc;
+    }
+    /* The final agreement also combines the CRCs the readers took of their parts of items. */
+    rc = lc_finish(comm, ck, load_local(ck, st, flags));
     sck_ckpt_close(ck);
-    return rc ? rc : comm_agree(comm, local);
+    return rc;
 }
 
 int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts) {

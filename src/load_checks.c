@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "crc32c.h"
+
 /* Whether load_tensor (src/load.c) reads entry ce for e: it rejects other kinds, dtypes and shapes. */
 static int readable(const ck_entry *ce, const st_entry *e) {
     return e->kind == ENT_TENSOR && !ce->is_bytes && ce->dtype >= 0 && ce->dtype == (int)e->dtype && ce->ndim == e->ndim &&
@@ -19,47 +21,108 @@ static size_t *item_bases(const ck_meta *m) {
     return base;
 }
 
-int lc_needs(const sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n) {
+/* One run of this rank in an item: gathered, then sorted by item and order of reading. */
+typedef struct lc_run {
+    uint64_t item, seq, off, len;
+} lc_run;
+
+static int cmp_run(const void *a, const void *b) {
+    const lc_run *x = a, *y = b;
+    if (x->item != y->item) return x->item < y->item ? -1 : 1;
+    return x->seq < y->seq ? -1 : x->seq > y->seq;
+}
+
+/* Appends the runs of one overlap (or marks the item "many" when they are many, or cannot be had:
+ * the read itself will report what is wrong). */
+static int add_runs(sck_ckpt *ck, size_t ei, size_t ci, uint64_t g, const sck_box *want, const sck_box *ov, uint8_t *nr,
+                    lc_run **runs, size_t *nruns, size_t *cap) {
+    uint64_t rg[LC_RANGES][2];
+    size_t n = 0;
+    if (nr[g] > LC_RANGES) return SCK_OK;
+    if (ckpt_overlap_runs(ck, ei, ci, want, ov, rg, LC_RANGES, &n) != SCK_OK || n > LC_RANGES || nr[g] + n > LC_RANGES) {
+        sck_err_clear();
+        nr[g] = LC_RANGES + 1;
+        return SCK_OK;
+    }
+    if (*nruns + n > *cap) {
+        size_t c2 = *cap ? 2 * *cap : 64;
+        while (c2 < *nruns + n) c2 *= 2;
+        lc_run *p = realloc(*runs, c2 * sizeof *p);
+        if (!p) return SCK_ERR_NOMEM;
+        *runs = p;
+        *cap = c2;
+    }
+    for (size_t k = 0; k < n; k++) (*runs)[*nruns] = (lc_run){g, *nruns, rg[k][0], rg[k][1]}, ++*nruns;
+    nr[g] = (uint8_t)(nr[g] + n);
+    return SCK_OK;
+}
+
+int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_t **wire, size_t *wire_len) {
     *out = NULL;
     *n = 0;
+    if (wire) *wire = NULL, *wire_len = 0;
     size_t *base = item_bases(&ck->m);
-    uint64_t *need = base ? calloc(base[ck->m.n] ? base[ck->m.n] : 1, sizeof *need) : NULL;
-    if (!need) {
-        free(base);
-        return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
-    }
-    for (size_t i = 0; i < st->n; i++) {
+    size_t items = base ? base[ck->m.n] : 0;
+    uint64_t *need = base ? calloc(items ? items : 1, sizeof *need) : NULL;
+    uint8_t *nr = need ? calloc(items ? items : 1, 1) : NULL; /* runs per item; LC_RANGES + 1: many */
+    lc_run *runs = NULL;
+    size_t nruns = 0, cap = 0;
+    int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
+    for (size_t i = 0; !rc && i < st->n; i++) {
         const st_entry *e = &st->e[i];
         long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
         if (ei < 0 || !readable(&ck->m.e[ei], e)) continue;
         const ck_entry *ce = &ck->m.e[ei];
         uint64_t elem = sck_dtype_size(e->dtype);
-        for (size_t p = 0; p < e->npieces; p++) {
+        for (size_t p = 0; !rc && p < e->npieces; p++) {
             const sck_box *want = &e->pieces[p].box;
             if (!box_within(want, ce->shape)) continue;
-            for (size_t ci = 0; ci < ce->nchunks; ci++) {
+            for (size_t ci = 0; !rc && ci < ce->nchunks; ci++) {
                 sck_box ov;
                 if (!ce->chunks[ci].has_crc || !box_intersect(&ce->chunks[ci].box, want, &ov)) continue;
-                uint64_t *b = &need[base[ei] + ci], add = box_numel(&ov) * elem;
+                uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
                 *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
+                if (wire) rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
             }
         }
     }
     size_t k = 0;
-    for (size_t g = 0; g < base[ck->m.n]; g++) k += need[g] != 0;
-    lc_need *l = k ? malloc(k * sizeof *l) : NULL;
-    if (k && !l) {
-        free(base);
-        free(need);
-        return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
+    for (size_t g = 0; !rc && g < items; g++) k += need[g] != 0;
+    lc_need *l = !rc && k ? malloc(k * sizeof *l) : NULL;
+    if (k && !l) rc = SCK_ERR_NOMEM;
+    /* The wire list: per item needed, {item, bytes, number of runs (0: many)} and that many {offset,
+     * length}, all uint64. */
+    uint64_t *w = NULL;
+    size_t wn = 0;
+    if (!rc && wire) {
+        if (nruns) qsort(runs, nruns, sizeof *runs, cmp_run);
+        w = malloc((3 * k + 2 * nruns + 1) * sizeof *w);
+        if (!w) rc = SCK_ERR_NOMEM;
     }
     k = 0;
-    for (size_t g = 0; g < base[ck->m.n]; g++)
-        if (need[g]) l[k++] = (lc_need){g, need[g]};
+    size_t ri = 0;
+    for (size_t g = 0; !rc && g < items; g++) {
+        if (!need[g]) continue;
+        l[k++] = (lc_need){g, need[g]};
+        if (!w) continue;
+        while (ri < nruns && runs[ri].item < g) ri++;
+        uint64_t m = nr[g] <= LC_RANGES ? nr[g] : 0;
+        w[wn++] = g, w[wn++] = need[g], w[wn++] = m;
+        for (uint64_t j = 0; j < m && ri < nruns && runs[ri].item == g; j++, ri++) w[wn++] = runs[ri].off, w[wn++] = runs[ri].len;
+    }
     free(base);
     free(need);
+    free(nr);
+    free(runs);
+    if (rc) {
+        free(l);
+        free(w);
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
+    }
     *out = l;
     *n = k;
+    if (wire) *wire = (uint8_t *)w, *wire_len = wn * sizeof *w;
+    else free(w);
     return SCK_OK;
 }
 
@@ -96,62 +159,270 @@ static int any_checksum(const ck_meta *m) {
     return 0;
 }
 
-/* Marks in ck->peer_checks the items of `mine` (ascending) that another rank owns.  Out of memory, it
- * marks nothing: this rank then checks everything it reads, which is safe, only slower. */
-static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const size_t *n, int nranks, int me) {
+/* Where one rank's runs of one item are in the gathered wire lists: nr {offset, length} pairs at rg
+ * (unaligned: read with memcpy); nr 0: many runs, or none known. */
+typedef struct lc_rng {
+    const uint8_t *rg;
+    uint64_t nr;
+} lc_rng;
+
+static uint64_t rd64(const uint8_t *p) {
+    uint64_t v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+/* Index of item in rank list l (ascending items), or -1. */
+static long index_of(const lc_need *l, size_t n, uint64_t item) {
+    size_t lo = 0, hi = n;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (l[mid].item < item) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && l[lo].item == item ? (long)lo : -1;
+}
+
+typedef struct lc_cand {
+    uint64_t off, len;
+    int rank;
+} lc_cand;
+
+static int cmp_cand(const void *a, const void *b) {
+    const lc_cand *x = a, *y = b;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    if (x->rank != y->rank) return x->rank < y->rank ? -1 : 1;
+    return x->len < y->len ? -1 : x->len > y->len;
+}
+
+/* The combined check of item g (chunk c), as every rank plans it from the same lists: if every
+ * reader reads it as a few runs inside it, the segments are chosen greedily by offset (a run not
+ * overlapping those before it), and this rank's share (its segments; for the owner, the gaps) goes
+ * into *cb.  Returns 0 if the item is not combined, 1 if it is, -1 out of memory. */
+static int plan_comb(const ck_chunk *c, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me,
+                     int owner, uint64_t g, ck_comb *cb) {
+    size_t nc = 0;
+    uint64_t lo = c->offset, hi = c->offset + c->length;
+    for (int r = 0; r < nranks; r++) {
+        long i = index_of(all[r], n[r], g);
+        if (i < 0) continue;
+        if (rng[r][i].nr == 0) return 0;
+        nc += (size_t)rng[r][i].nr;
+    }
+    lc_cand *cd = malloc((nc ? nc : 1) * sizeof *cd);
+    if (!cd) return -1;
+    nc = 0;
+    for (int r = 0; r < nranks; r++) {
+        long i = index_of(all[r], n[r], g);
+        for (uint64_t j = 0; i >= 0 && j < rng[r][i].nr; j++) {
+            uint64_t off = rd64(rng[r][i].rg + 16 * j), len = rd64(rng[r][i].rg + 16 * j + 8);
+            if (!len || off < lo || off > hi || len > hi - off) {
+                free(cd);
+                return 0; /* not from this code: no combined check */
+            }
+            cd[nc++] = (lc_cand){off, len, r};
+        }
+    }
+    qsort(cd, nc, sizeof *cd, cmp_cand);
+    size_t nseg = 0, ngap = 0, k = 0;
+    uint64_t cur = lo;
+    for (size_t j = 0; j < nc; j++) { /* keep the chosen ones at the front */
+        if (cd[j].off < cur) continue;
+        ngap += cd[j].off > cur;
+        nseg += cd[j].rank == me;
+        cur = cd[j].off + cd[j].len;
+        cd[k++] = cd[j];
+    }
+    ngap += cur < hi;
+    if (owner != me) ngap = 0;
+    memset(cb, 0, sizeof *cb);
+    cb->r = calloc(nseg + ngap + 1, sizeof *cb->r);
+    if (!cb->r) {
+        free(cd);
+        return -1;
+    }
+    cur = lo;
+    for (size_t j = 0; j < k; j++) {
+        if (owner == me && cd[j].off > cur) cb->r[nseg + cb->ngap][0] = cur, cb->r[nseg + cb->ngap++][1] = cd[j].off - cur;
+        if (cd[j].rank == me) cb->r[cb->nseg][0] = cd[j].off, cb->r[cb->nseg++][1] = cd[j].len;
+        cur = cd[j].off + cd[j].len;
+    }
+    if (owner == me && cur < hi) cb->r[nseg + cb->ngap][0] = cur, cb->r[nseg + cb->ngap++][1] = hi - cur;
+    free(cd);
+    return 1;
+}
+
+/* Marks in ck->peer_checks the items of `mine` (ascending) that another rank owns (1) or that are
+ * checked by combining CRCs (2, with this rank's share in ck->combs).  Out of memory, it marks
+ * nothing and sets ck->plan_failed: this load then fails with SCK_ERR_NOMEM (src/load.c), as the
+ * other ranks count on this one's share. */
+static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me) {
     size_t *base = item_bases(&ck->m);
     uint8_t **pc = base ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
-    size_t ei = 0;
-    for (size_t k = 0; pc && k < n[me]; k++) {
+    ck_comb *cbs = pc ? calloc(n[me] ? n[me] : 1, sizeof *cbs) : NULL;
+    size_t ncb = 0, ei = 0;
+    int ok = cbs != NULL;
+    for (size_t k = 0; ok && k < n[me]; k++) {
         const lc_need *x = &all[me][k];
-        if (lc_owner(all, n, nranks, x->item) == me) continue;
+        int owner = lc_owner(all, n, nranks, x->item);
         while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
         if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
-        if (!pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) {
-            for (size_t i = 0; i < ck->m.n; i++) free(pc[i]);
-            free(pc);
-            pc = NULL;
+        size_t ci = x->item - base[ei];
+        int comb = plan_comb(&ck->m.e[ei].chunks[ci], all, rng, n, nranks, me, owner, x->item, &cbs[ncb]);
+        if (comb < 0) ok = 0;
+        if (comb <= 0 && owner == me) continue;
+        if (ok && !pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) ok = 0;
+        if (!ok) {
+            if (comb > 0) free(cbs[ncb].r);
             break;
         }
-        pc[ei][x->item - base[ei]] = 1;
+        pc[ei][ci] = (uint8_t)(comb > 0 ? 2 : 1);
+        if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = x->item;
     }
     free(base);
+    if (!ok) {
+        for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
+        for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
+        free(pc);
+        free(cbs);
+        ck->plan_failed = 1;
+        return;
+    }
     ck->peer_checks = pc;
+    ck->combs = cbs; /* by item, hence by (ei, ci) */
+    ck->ncombs = ncb;
+}
+
+/* Splits rank r's wire list (counts[r] bytes at p) into lc_need and lc_rng arrays; 0 if malformed. */
+static int parse_list(const uint8_t *p, size_t len, lc_need **l, lc_rng **g, size_t *n) {
+    size_t k = 0;
+    *l = NULL;
+    *g = NULL;
+    *n = 0;
+    for (size_t at = 0; at < len; k++) { /* count and validate */
+        if (len - at < 24) return 0;
+        uint64_t m = rd64(p + at + 16);
+        if (m > LC_RANGES || (len - at - 24) / 16 < m) return 0;
+        at += 24 + 16 * (size_t)m;
+    }
+    *l = malloc((k ? k : 1) * sizeof **l);
+    *g = malloc((k ? k : 1) * sizeof **g);
+    if (!*l || !*g) return -1;
+    k = 0;
+    for (size_t at = 0; at < len; k++) {
+        uint64_t m = rd64(p + at + 16);
+        (*l)[k] = (lc_need){rd64(p + at), rd64(p + at + 8)};
+        (*g)[k] = (lc_rng){p + at + 24, m};
+        if (k && (*l)[k].item <= (*l)[k - 1].item) return 0; /* must ascend */
+        at += 24 + 16 * (size_t)m;
+    }
+    *n = k;
+    return 1;
 }
 
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     lc_need *mine = NULL;
-    size_t n = 0;
-    int local = ck->verify ? lc_needs(ck, st, &mine, &n) : SCK_OK;
+    size_t n = 0, wlen = 0;
+    uint8_t *wire = NULL;
+    int local = ck->verify ? lc_needs(ck, st, &mine, &n, &wire, &wlen) : SCK_OK;
+    free(mine);
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     size_t *nr = calloc((size_t)comm->size, sizeof *nr);
-    const lc_need **lists = calloc((size_t)comm->size, sizeof *lists);
-    if (!counts || !nr || !lists) {
+    lc_need **lists = calloc((size_t)comm->size, sizeof *lists);
+    lc_rng **rngs = calloc((size_t)comm->size, sizeof *rngs);
+    if (!counts || !nr || !lists || !rngs) {
         free(counts);
         free(nr);
         free(lists);
-        free(mine);
+        free(rngs);
+        free(wire);
         return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir));
     }
     void *all = NULL;
-    int rc = comm_agree_gather(comm, local, mine, n * sizeof *mine, &all, counts);
-    free(mine);
-    int whole = 1; /* each list a whole number of records (16 bytes), so each starts aligned */
-    for (int r = 0; !rc && r < comm->size; r++) whole &= counts[r] % sizeof(lc_need) == 0;
-    if (!rc && whole) { /* else (not from this code) nothing is marked: every rank checks what it reads */
-        const uint8_t *p = all;
-        for (int r = 0; r < comm->size; r++) {
-            lists[r] = (const lc_need *)(const void *)p;
-            nr[r] = counts[r] / sizeof(lc_need);
-            p += counts[r];
-        }
-        mark_peers(ck, lists, nr, comm->size, comm->rank);
+    int rc = comm_agree_gather(comm, local, wire, wlen, &all, counts);
+    free(wire);
+    int good = 1; /* else (not from this code) nothing is marked: every rank checks what it reads */
+    const uint8_t *p = all;
+    for (int r = 0; !rc && good && r < comm->size; r++) {
+        int k = parse_list(p, counts[r], &lists[r], &rngs[r], &nr[r]);
+        if (k < 0) ck->plan_failed = 1;
+        good = k > 0;
+        p += counts[r];
     }
+    if (!rc && good) mark_peers(ck, (const lc_need *const *)lists, (const lc_rng *const *)rngs, nr, comm->size, comm->rank);
+    for (int r = 0; r < comm->size; r++) free(lists[r]), free(rngs[r]);
     free(all);
     free(counts);
     free(nr);
     free(lists);
+    free(rngs);
     return rc;
+}
+
+static int cmp_seg(const void *a, const void *b) {
+    const ck_seg *x = a, *y = b;
+    if (x->item != y->item) return x->item < y->item ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* Every rank's segment CRCs, sorted by item and offset, combined item by item and compared with the
+ * metadata: the first failing item (the same on every rank) gives the error. */
+static int check_segs(sck_ckpt *ck, ck_seg *s, size_t n) {
+    size_t *base = item_bases(&ck->m);
+    if (!base) return sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir);
+    qsort(s, n, sizeof *s, cmp_seg);
+    int rc = SCK_OK;
+    size_t ei = 0;
+    for (size_t i = 0; !rc && i < n;) {
+        uint64_t g = s[i].item;
+        while (ei < ck->m.n && base[ei + 1] <= g) ei++;
+        if (ei == ck->m.n) {
+            rc = sck_err(SCK_ERR_FORMAT, "%s: a checksum record names item %llu of %zu", ck->dir, (unsigned long long)g, base[ck->m.n]);
+            break;
+        }
+        size_t ci = g - base[ei];
+        const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+        uint64_t cur = c->offset, end = c->offset + c->length;
+        uint32_t crc = 0;
+        for (; i < n && s[i].item == g; i++) {
+            if (s[i].off != cur || s[i].len > end - cur) break;
+            crc = sck_crc32c_combine(crc, s[i].crc, s[i].len);
+            cur += s[i].len;
+        }
+        if (cur != end) {
+            rc = sck_err(SCK_ERR_CHECKSUM, "%s/%s: '%s' item at offset %llu: the ranks' checksums cover [%llu, %llu) of [%llu, %llu)",
+                         ck->dir, ck->m.files[c->file], ck->m.e[ei].key, (unsigned long long)c->offset, (unsigned long long)c->offset,
+                         (unsigned long long)cur, (unsigned long long)c->offset, (unsigned long long)end);
+        } else if (crc != c->crc32c) {
+            rc = ckpt_crc_mismatch(ck, ei, ci, crc);
+        }
+    }
+    free(base);
+    return rc;
+}
+
+int lc_finish(sck_comm *comm, sck_ckpt *ck, int local) {
+    if (comm->size == 1 || !any_checksum(&ck->m)) return comm_agree(comm, local);
+    if (!local && ck->plan_failed) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning checksum checks", ck->dir);
+    size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+    if (!counts) return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir));
+    void *all = NULL;
+    int rc = comm_agree_gather(comm, local, ck->segs, ck->nsegs * sizeof *ck->segs, &all, counts);
+    size_t total = 0;
+    for (int r = 0; !rc && r < comm->size; r++) total += counts[r];
+    free(counts);
+    if (rc) return rc; /* every rank returns the same */
+    ck_seg *s = total ? malloc(total) : NULL;
+    int v = SCK_OK;
+    if (total % sizeof *s) v = sck_err(SCK_ERR_FORMAT, "%s: checksum records of %zu bytes", ck->dir, total);
+    else if (total && !s) v = sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir);
+    else if (total) {
+        memcpy(s, all, total);
+        v = check_segs(ck, s, total / sizeof *s);
+    }
+    free(s);
+    free(all);
+    return comm_agree(comm, v);
 }

@@ -1,7 +1,10 @@
-/* load_checks.h - which rank checks each item of a load.  A CRC-32C covers a whole item, so checking
- * costs reading all of it; when several ranks read parts of one item (resharding), one of them (the
- * owner) reads and checks it whole and the others read only their runs.  A load fails on every rank if
- * any rank's check fails (load's final comm_agree), so every delivered byte is still covered. */
+/* load_checks.h - which rank checks each item of a load.  A CRC-32C covers a whole item.  When several
+ * ranks read parts of one item (resharding) and each reads it as a few runs (row blocks), every reader
+ * checksums runs it reads anyway (segments, chosen so they do not overlap) and the item's owner reads
+ * only the rest (headers, trailer, bytes nobody reads) to checksum it; load's final agreement combines
+ * the parts (sck_crc32c_combine) into the item's CRC.  Items read as many short runs (column blocks)
+ * are read and checked whole by the owner, the others reading only their runs.  A load fails on every
+ * rank if any check fails, so every delivered byte is still covered. */
 #ifndef SCK_LOAD_CHECKS_H
 #define SCK_LOAD_CHECKS_H
 
@@ -16,10 +19,15 @@ typedef struct lc_need {
     uint64_t bytes;
 } lc_need;
 
+#define LC_RANGES 8 /* a rank reading an item as more runs than this: the item is checked whole */
+
 /* The checksummed tensor items that st's boxes overlap, with the bytes needed of each, by ascending
  * item (*out NULL when none; caller frees).  Entries the load will reject (missing, other dtype or
- * shape, bytes) are left out: nothing is read from them.  Errors: SCK_ERR_NOMEM. */
-int lc_needs(const sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n);
+ * shape, bytes) are left out: nothing is read from them.  With `wire`, also this rank's list to send
+ * (caller frees): per item {item, bytes, runs (0: more than LC_RANGES, or unknown)} and each run's
+ * {file offset, length}, uint64 each; the items' chunks are resolved to find them.
+ * Errors: SCK_ERR_NOMEM. */
+int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_t **wire, size_t *wire_len);
 
 /* The rank that checks item `item`, given every rank's list (all[r], n[r] records): the rank needing
  * most bytes of it; ties go to the tied ranks in turn, item by item (the (item mod k)-th of k tied
@@ -28,9 +36,17 @@ int lc_needs(const sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n);
 int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item);
 
 /* Collective (one comm_agree_gather when size > 1 and the checkpoint records checksums): exchanges
- * every rank's lc_needs and marks in ck->peer_checks the items another rank checks.  A rank loading
+ * every rank's lc_needs and marks in ck->peer_checks the items another rank checks (1) or that are
+ * checked by combining CRCs (2; this rank's segments and gaps in ck->combs).  A rank loading
  * with verification off (ck->verify 0) needs nothing checked and owns nothing.  Returns the agreed
  * status: SCK_ERR_NOMEM or a communicator error from any rank. */
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st);
+
+/* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has
+ * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): every rank
+ * combines the segments of each combined item in offset order and compares the result with the
+ * metadata.  Returns the agreed status: any rank's error, or SCK_ERR_CHECKSUM naming file, key and
+ * item offset (also when the parts leave bytes of the item unchecked). */
+int lc_finish(sck_comm *comm, sck_ckpt *ck, int local);
 
 #endif

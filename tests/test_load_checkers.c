@@ -23,6 +23,7 @@ typedef struct job {
     const char *dir;
     float *w, *v;             /* the global tensors */
     int by_cols;              /* load column blocks instead of row blocks */
+    int replicated;           /* every rank loads all rows lo..hi */
     int64_t lo, hi;           /* rows of w loaded (split among the ranks) */
     int with_v;               /* also load v (split by rows) */
     int absent;               /* also request a key the checkpoint lacks (with SCK_LOAD_ALLOW_MISSING) */
@@ -65,6 +66,7 @@ static int load_rank(sck_comm *c, void *arg) {
     int r = sck_comm_rank(c), n = sck_comm_size(c);
     int64_t ws[2] = {WR, WC}, wo[2], wz[2];
     if (g->by_cols) wo[0] = 0, wo[1] = WC * r / n, wz[0] = WR, wz[1] = WC * (r + 1) / n - wo[1];
+    else if (g->replicated) wo[0] = g->lo, wo[1] = 0, wz[0] = g->hi - g->lo, wz[1] = WC;
     else wo[0] = g->lo + (g->hi - g->lo) * r / n, wo[1] = 0, wz[0] = g->lo + (g->hi - g->lo) * (r + 1) / n - wo[0], wz[1] = WC;
     int64_t vs[2] = {VR, WC}, vo[2] = {VR * r / n, 0}, vz[2] = {VR * (r + 1) / n - VR * r / n, WC};
     float *wb = calloc((size_t)(wz[0] * wz[1]) + 1, 4), *vb = calloc((size_t)(vz[0] * vz[1]) + 1, 4), dummy[4];
@@ -177,8 +179,11 @@ TEST(load_checks_owner_most_bytes_ties_spread) {
 }
 
 /* 2 -> 3 ranks by rows: rank 1 needs rows 640..1279 (320 rows of each item, the least of both), so it
- * owns nothing: it reads each item's headers (64 KiB at each end) and its two runs, nothing more. */
-TEST(load_checks_non_owner_reads_only_its_runs) {
+ * owns nothing.  Every rank reads its rows as one run, so each item is checked by combining the
+ * readers' CRCs of their runs with the owner's of the rest: rank 1's thread reads only each item's
+ * headers (64 KiB at each end; its runs go through its read-ahead thread), and the whole process reads
+ * each item once plus the header windows (at most 64 KiB at each end of each item, per reader). */
+TEST(load_checks_combined_items_read_once) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
@@ -187,13 +192,14 @@ TEST(load_checks_non_owner_reads_only_its_runs) {
     REQUIRE(L.len[0] > 2 * HEAD && L.len[1] > 2 * HEAD);
     uint64_t total = load_with(&g, 3);
     expect_all_ok(&g, 3);
-    CHECK(g.rchar[1] == 2 * 320 * ROW + 4 * (uint64_t)HEAD);
-    if (g.rchar[1] != 2 * 320 * ROW + 4 * (uint64_t)HEAD) fprintf(stderr, "  rank 1 read %llu bytes\n", (unsigned long long)g.rchar[1]);
-    /* The owners read their items whole (some of it on their read-ahead threads): the process read
-     * each item once plus rank 1's share, not twice (every reader checking every item). */
-    CHECK(total >= L.len[0] + L.len[1] + g.rchar[1]);
-    CHECK(total < L.len[0] + L.len[1] + g.rchar[1] + 4 * (uint64_t)HEAD + 65536);
-    /* Verification off: nobody checks, rank 1 reads the same. */
+    CHECK(g.rchar[1] == 4 * (uint64_t)HEAD);
+    if (g.rchar[1] != 4 * (uint64_t)HEAD) fprintf(stderr, "  rank 1 read %llu bytes\n", (unsigned long long)g.rchar[1]);
+    /* Headers: 2 windows per reader of each item (4 readers of items), at most HEAD each. */
+    CHECK(total >= L.len[0] + L.len[1]);
+    CHECK(total <= L.len[0] + L.len[1] + 8 * (uint64_t)HEAD);
+    if (total > L.len[0] + L.len[1] + 8 * (uint64_t)HEAD)
+        fprintf(stderr, "  process read %llu bytes, items %llu\n", (unsigned long long)total, (unsigned long long)(L.len[0] + L.len[1]));
+    /* Verification off: nobody checks, rank 1 reads its runs on its own thread. */
     for (int r = 0; r < 3; r++) g.flags[r] = SCK_LOAD_NO_VERIFY;
     load_with(&g, 3);
     expect_all_ok(&g, 3);
@@ -296,6 +302,56 @@ TEST(load_checks_items_nobody_reads_are_not_checked) {
     for (int r = 0; r < 3; r++) {
         CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
         CHECK(strstr(g.msgs[r], "'v' item at offset") != NULL);
+    }
+    teardown(&g);
+}
+
+/* Combined checks where the owner reads more than headers: rows nobody requested (rows 0..99 of item 0
+ * when the ranks load rows 100..1799) are read by the owner only to checksum them, and a flip there
+ * fails every rank; so does one in a reader's rows, also with O_DIRECT reads. */
+TEST(load_checks_combined_flip_in_owner_gap_fails_all_ranks) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.lo = 100;
+    g.hi = 1800;
+    for (int direct = 0; direct < 2; direct++) {
+        for (int r = 0; r < 3; r++) g.flags[r] = direct ? SCK_LOAD_DIRECT_IO : 0;
+        load_with(&g, 3);
+        expect_all_ok(&g, 3);
+        uint64_t at[] = {L.payload[0] + 50 * ROW + 4, L.payload[0] + 900 * ROW, L.payload[1] + 959 * ROW + 17, L.item[1] + 40};
+        for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
+            int b = k >= 2;
+            REQUIRE(fx_flip(dir, L.file[b], at[k], 0x10) == 0);
+            load_with(&g, 3);
+            expect_all_checksum(&g, 3, L.file[b]);
+            REQUIRE(fx_flip(dir, L.file[b], at[k], 0x10) == 0);
+        }
+    }
+    teardown(&g);
+}
+
+/* Replicated loads: all 3 ranks read every row, so their runs overlap; the first of equal runs (the
+ * lowest rank's) is the segment, the others only copy.  Every byte is still checked once: a flip in
+ * either item fails every rank, and the process reads each item once per rank plus headers. */
+TEST(load_checks_combined_replicated_readers) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.replicated = 1;
+    uint64_t total = load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    CHECK(total <= 3 * (L.len[0] + L.len[1]) + 12 * (uint64_t)HEAD);
+    for (int b = 0; b < 2; b++) {
+        uint64_t at = L.payload[b] + 333 * ROW + 2;
+        REQUIRE(fx_flip(dir, L.file[b], at, 0x08) == 0);
+        load_with(&g, 3);
+        expect_all_checksum(&g, 3, L.file[b]);
+        REQUIRE(fx_flip(dir, L.file[b], at, 0x08) == 0);
     }
     teardown(&g);
 }
