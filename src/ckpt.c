@@ -728,6 +728,18 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
     return box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
 }
 
+void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    int fd;
+    uint64_t fsize;
+    if (get_file(ck, c->file, &fd, &fsize) != SCK_OK) {
+        sck_err_clear(); /* the read will say what is wrong */
+        return;
+    }
+    posix_fadvise(fd, (off_t)c->offset, (off_t)(c->length < HEAD_BYTES ? c->length : HEAD_BYTES), POSIX_FADV_WILLNEED);
+    if (c->length > HEAD_BYTES) posix_fadvise(fd, (off_t)(c->offset + c->length - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
+}
+
 /* Collects absolute file ranges of runs (ckpt_overlap_runs). */
 typedef struct range_list {
     uint64_t base, lo, hi;  /* view's element 0; the item's bounds */

@@ -90,6 +90,9 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
  * resolve's; SCK_ERR_FORMAT if a run lies outside the item. */
 int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, uint64_t (*rg)[2], size_t cap,
                       size_t *n);
+/* Asks the kernel to read ahead the headers of chunk ci's item (its first and last 64 KiB): advice
+ * only, no error. */
+void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci);
 /* SCK_ERR_CHECKSUM naming file, key, item offset and chunk: the item's bytes have CRC-32C `crc`. */
 int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */

@@ -68,21 +68,29 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
     lc_run *runs = NULL;
     size_t nruns = 0, cap = 0;
     int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
-    for (size_t i = 0; !rc && i < st->n; i++) {
-        const st_entry *e = &st->e[i];
-        long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
-        if (ei < 0 || !readable(&ck->m.e[ei], e)) continue;
-        const ck_entry *ce = &ck->m.e[ei];
-        uint64_t elem = sck_dtype_size(e->dtype);
-        for (size_t p = 0; !rc && p < e->npieces; p++) {
-            const sck_box *want = &e->pieces[p].box;
-            if (!box_within(want, ce->shape)) continue;
-            for (size_t ci = 0; !rc && ci < ce->nchunks; ci++) {
-                sck_box ov;
-                if (!ce->chunks[ci].has_crc || !box_intersect(&ce->chunks[ci].box, want, &ov)) continue;
-                uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
-                *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
-                if (wire) rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
+    /* Pass 0 counts bytes and asks the kernel for every needed item's headers at once; pass 1 then
+     * resolves the items (reading those headers) to find the runs, without a wait per item. */
+    for (int pass = 0; pass < (wire ? 2 : 1); pass++) {
+        for (size_t i = 0; !rc && i < st->n; i++) {
+            const st_entry *e = &st->e[i];
+            long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
+            if (ei < 0 || !readable(&ck->m.e[ei], e)) continue;
+            const ck_entry *ce = &ck->m.e[ei];
+            uint64_t elem = sck_dtype_size(e->dtype);
+            for (size_t p = 0; !rc && p < e->npieces; p++) {
+                const sck_box *want = &e->pieces[p].box;
+                if (!box_within(want, ce->shape)) continue;
+                for (size_t ci = 0; !rc && ci < ce->nchunks; ci++) {
+                    sck_box ov;
+                    if (!ce->chunks[ci].has_crc || !box_intersect(&ce->chunks[ci].box, want, &ov)) continue;
+                    uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
+                    if (pass) {
+                        rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
+                        continue;
+                    }
+                    if (wire && !*b) ckpt_prefetch_headers(ck, (size_t)ei, ci);
+                    *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
+                }
             }
         }
     }
