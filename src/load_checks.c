@@ -134,15 +134,21 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
     return SCK_OK;
 }
 
-/* Bytes rank list l (ascending items) needs of item; 0 if none. */
-static uint64_t need_of(const lc_need *l, size_t n, uint64_t item) {
+/* Index of item in rank list l (ascending items), or -1. */
+static long index_of(const lc_need *l, size_t n, uint64_t item) {
     size_t lo = 0, hi = n;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (l[mid].item < item) lo = mid + 1;
         else hi = mid;
     }
-    return lo < n && l[lo].item == item ? l[lo].bytes : 0;
+    return lo < n && l[lo].item == item ? (long)lo : -1;
+}
+
+/* Bytes rank list l (ascending items) needs of item; 0 if none. */
+static uint64_t need_of(const lc_need *l, size_t n, uint64_t item) {
+    long i = index_of(l, n, item);
+    return i < 0 ? 0 : l[i].bytes;
 }
 
 int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item) {
@@ -178,17 +184,6 @@ static uint64_t rd64(const uint8_t *p) {
     uint64_t v;
     memcpy(&v, p, sizeof v);
     return v;
-}
-
-/* Index of item in rank list l (ascending items), or -1. */
-static long index_of(const lc_need *l, size_t n, uint64_t item) {
-    size_t lo = 0, hi = n;
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (l[mid].item < item) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo < n && l[lo].item == item ? (long)lo : -1;
 }
 
 typedef struct lc_cand {
