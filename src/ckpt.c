@@ -543,18 +543,20 @@ static void swap_elems(uint8_t *p, uint64_t nbytes, size_t elem) {
     }
 }
 
+/* A run's file bytes into d as stored (no swap): long runs straight from the file, short ones from
+ * the windows. */
+static int read_run_raw(run_ctx *r, uint64_t abs, uint8_t *d, uint64_t nbytes) {
+    if (nbytes >= DIRECT_RUN) return read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
+    const uint8_t *p;
+    int rc = item_view(r->ird, abs, nbytes, &p);
+    if (!rc) memcpy(d, p, nbytes);
+    return rc;
+}
+
 static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nbytes) {
     run_ctx *r = vctx;
-    uint64_t abs = r->base + src_off;
     uint8_t *d = r->dst + dst_off;
-    int rc;
-    if (nbytes >= DIRECT_RUN) {
-        rc = read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
-    } else {
-        const uint8_t *p;
-        rc = item_view(r->ird, abs, nbytes, &p);
-        if (!rc) memcpy(d, p, nbytes);
-    }
+    int rc = read_run_raw(r, r->base + src_off, d, nbytes);
     if (!rc && r->swap) swap_elems(d, nbytes, r->elem);
     return rc;
 }
@@ -635,6 +637,27 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
     return check && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
+/* Reads [abs, abs+len) of the item's file into d on the read-ahead pipe (ck->rp, which must exist),
+ * extending *crc over each slice as it arrives. */
+static int pipe_read_crc(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len, uint32_t *crc) {
+    const ck_chunk *c = ird->c;
+    int rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
+    for (uint64_t got = 0; !rc && got < len;) {
+        const uint8_t *p;
+        uint64_t n;
+        if ((rc = rp_next(ck->rp, &p, &n))) break;
+        if (!n) {
+            rc = sck_err(SCK_ERR_IO, "%s: read ahead stopped at %llu of %llu bytes", ird->what, (unsigned long long)got,
+                         (unsigned long long)len);
+            break;
+        }
+        *crc = sck_crc32c(*crc, p, (size_t)n);
+        got += n;
+    }
+    if (rc) rp_finish(ck->rp);
+    return rc;
+}
+
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
  * ahead slice by slice (with O_DIRECT where asked for and aligned) while the slices before are
  * checksummed; the item's other bytes are checksummed around it. */
@@ -647,23 +670,8 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
     }
     uint32_t crc = 0;
     int rc = crc_span(ird, c->offset, abs, &crc);
-    if (!rc) rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
-    for (uint64_t got = 0; !rc && got < len;) {
-        const uint8_t *p;
-        uint64_t n;
-        if ((rc = rp_next(ck->rp, &p, &n))) break;
-        if (!n) {
-            rc = sck_err(SCK_ERR_IO, "%s: read ahead stopped at %llu of %llu bytes", ird->what, (unsigned long long)got,
-                         (unsigned long long)len);
-            break;
-        }
-        crc = sck_crc32c(crc, p, (size_t)n);
-        got += n;
-    }
-    if (rc) {
-        rp_finish(ck->rp);
-        return rc;
-    }
+    if (!rc) rc = pipe_read_crc(ck, ird, d, abs, len, &crc);
+    if (rc) return rc;
     if ((rc = crc_span(ird, abs + len, c->offset + c->length, &crc))) return rc;
     return c->has_crc && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
@@ -803,36 +811,13 @@ static ck_comb *find_comb(sck_ckpt *ck, size_t ei, size_t ci) {
  * long runs on the read-ahead pipe, checksummed slice by slice as they arrive. */
 static int read_run_crc(run_ctx *rx, uint64_t src_off, uint64_t dst_off, uint64_t n, uint32_t *crc) {
     sck_ckpt *ck = rx->ird->ck;
-    const ck_chunk *c = rx->ird->c;
     uint64_t abs = rx->base + src_off;
     uint8_t *d = rx->dst + dst_off;
     int rc;
     *crc = 0;
     if (n >= PIPE_MIN && !ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
-    if (n >= PIPE_MIN && ck->rp) {
-        rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, n, d, rx->ird->what);
-        for (uint64_t got = 0; !rc && got < n;) {
-            const uint8_t *p;
-            uint64_t k;
-            if ((rc = rp_next(ck->rp, &p, &k))) break;
-            if (!k) {
-                rc = sck_err(SCK_ERR_IO, "%s: read ahead stopped at %llu of %llu bytes", rx->ird->what, (unsigned long long)got,
-                             (unsigned long long)n);
-                break;
-            }
-            *crc = sck_crc32c(*crc, p, (size_t)k);
-            got += k;
-        }
-        if (rc) rp_finish(ck->rp);
-    } else if (n >= DIRECT_RUN) {
-        if (!(rc = read_long(ck, c->file, d, n, abs, rx->ird->what))) *crc = sck_crc32c(0, d, (size_t)n);
-    } else {
-        const uint8_t *p;
-        if (!(rc = item_view(rx->ird, abs, n, &p))) {
-            memcpy(d, p, n);
-            *crc = sck_crc32c(0, p, (size_t)n);
-        }
-    }
+    if (n >= PIPE_MIN && ck->rp) rc = pipe_read_crc(ck, rx->ird, d, abs, n, crc);
+    else if (!(rc = read_run_raw(rx, abs, d, n))) *crc = sck_crc32c(0, d, (size_t)n);
     if (!rc && rx->swap) swap_elems(d, n, rx->elem);
     return rc;
 }
