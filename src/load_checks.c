@@ -57,10 +57,9 @@ static int add_runs(sck_ckpt *ck, size_t ei, size_t ci, uint64_t g, const sck_bo
     return SCK_OK;
 }
 
-int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_t **wire, size_t *wire_len) {
-    *out = NULL;
-    *n = 0;
-    if (wire) *wire = NULL, *wire_len = 0;
+int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len) {
+    *wire = NULL;
+    *wire_len = 0;
     size_t *base = item_bases(&ck->m);
     size_t items = base ? base[ck->m.n] : 0;
     uint64_t *need = base ? calloc(items ? items : 1, sizeof *need) : NULL;
@@ -70,7 +69,7 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
     int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
     /* Pass 0 counts bytes and asks the kernel for every needed item's headers at once; pass 1 then
      * resolves the items (reading those headers) to find the runs, without a wait per item. */
-    for (int pass = 0; pass < (wire ? 2 : 1); pass++) {
+    for (int pass = 0; pass < 2; pass++) {
         for (size_t i = 0; !rc && i < st->n; i++) {
             const st_entry *e = &st->e[i];
             long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
@@ -88,7 +87,7 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
                         rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
                         continue;
                     }
-                    if (wire && !*b) ckpt_prefetch_headers(ck, (size_t)ei, ci);
+                    if (!*b) ckpt_prefetch_headers(ck, (size_t)ei, ci);
                     *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
                 }
             }
@@ -96,23 +95,18 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
     }
     size_t k = 0;
     for (size_t g = 0; !rc && g < items; g++) k += need[g] != 0;
-    lc_need *l = !rc && k ? malloc(k * sizeof *l) : NULL;
-    if (k && !l) rc = SCK_ERR_NOMEM;
     /* The wire list: per item needed, {item, bytes, number of runs (0: many)} and that many {offset,
      * length}, all uint64. */
     uint64_t *w = NULL;
     size_t wn = 0;
-    if (!rc && wire) {
+    if (!rc) {
         if (nruns) qsort(runs, nruns, sizeof *runs, cmp_run);
         w = malloc((3 * k + 2 * nruns + 1) * sizeof *w);
         if (!w) rc = SCK_ERR_NOMEM;
     }
-    k = 0;
     size_t ri = 0;
     for (size_t g = 0; !rc && g < items; g++) {
         if (!need[g]) continue;
-        l[k++] = (lc_need){g, need[g]};
-        if (!w) continue;
         while (ri < nruns && runs[ri].item < g) ri++;
         uint64_t m = nr[g] <= LC_RANGES ? nr[g] : 0;
         w[wn++] = g, w[wn++] = need[g], w[wn++] = m;
@@ -123,14 +117,11 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_
     free(nr);
     free(runs);
     if (rc) {
-        free(l);
         free(w);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
     }
-    *out = l;
-    *n = k;
-    if (wire) *wire = (uint8_t *)w, *wire_len = wn * sizeof *w;
-    else free(w);
+    *wire = (uint8_t *)w;
+    *wire_len = wn * sizeof *w;
     return SCK_OK;
 }
 
@@ -326,11 +317,9 @@ static int parse_list(const uint8_t *p, size_t len, lc_need **l, lc_rng **g, siz
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
-    lc_need *mine = NULL;
-    size_t n = 0, wlen = 0;
+    size_t wlen = 0;
     uint8_t *wire = NULL;
-    int local = ck->verify ? lc_needs(ck, st, &mine, &n, &wire, &wlen) : SCK_OK;
-    free(mine);
+    int local = ck->verify ? lc_needs(ck, st, &wire, &wlen) : SCK_OK;
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     size_t *nr = calloc((size_t)comm->size, sizeof *nr);
     lc_need **lists = calloc((size_t)comm->size, sizeof *lists);

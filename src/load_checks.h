@@ -21,13 +21,12 @@ typedef struct lc_need {
 
 #define LC_RANGES 8 /* a rank reading an item as more runs than this: the item is checked whole */
 
-/* The checksummed tensor items that st's boxes overlap, with the bytes needed of each, by ascending
- * item (*out NULL when none; caller frees).  Entries the load will reject (missing, other dtype or
- * shape, bytes) are left out: nothing is read from them.  With `wire`, also this rank's list to send
- * (caller frees): per item {item, bytes, runs (0: more than LC_RANGES, or unknown)} and each run's
- * {file offset, length}, uint64 each; the items' chunks are resolved to find them.
- * Errors: SCK_ERR_NOMEM. */
-int lc_needs(sck_ckpt *ck, const sck_state *st, lc_need **out, size_t *n, uint8_t **wire, size_t *wire_len);
+/* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; caller frees): per
+ * checksummed tensor item its boxes overlap, by ascending item, {item, bytes needed, runs (0: more than
+ * LC_RANGES, or unknown)} and each run's {file offset, length}, uint64 each; the items' chunks are
+ * resolved to find the runs.  Entries the load will reject (missing, other dtype or shape, bytes) are
+ * left out: nothing is read from them.  Errors: SCK_ERR_NOMEM. */
+int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len);
 
 /* The rank that checks item `item`, given every rank's list (all[r], n[r] records): the rank needing
  * most bytes of it; ties go to the tied ranks in turn, item by item (the (item mod k)-th of k tied
