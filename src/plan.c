@@ -34,31 +34,12 @@
 #define VARINT_MAX 10
 #define MAX_SCALAR_PIECES (1u << 20) /* boxes of a 0-d tensor take no bytes: bound a corrupt count */
 
-static uint8_t *put_var(uint8_t *q, uint64_t v) {
-    while (v >= 0x80) {
-        *q++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *q++ = (uint8_t)v;
-    return q;
-}
-
 typedef struct keyidx {
     const char *key;
     size_t i;
 } keyidx;
 
 static int cmp_keyidx(const void *a, const void *b) { return strcmp(((const keyidx *)a)->key, ((const keyidx *)b)->key); }
-
-static int same_pieces(const st_entry *a, const st_entry *b) {
-    if (a->ndim != b->ndim || a->npieces != b->npieces) return 0;
-    size_t nb = (size_t)a->ndim * sizeof(int64_t);
-    for (size_t k = 0; k < a->npieces; k++) {
-        const sck_box *x = &a->pieces[k].box, *y = &b->pieces[k].box;
-        if (memcmp(x->off, y->off, nb) || memcmp(x->size, y->size, nb)) return 0;
-    }
-    return 1;
-}
 
 int plan_encode_local(const sck_state *st, sck_buf *out) {
     size_t n = st->n;
@@ -71,7 +52,7 @@ int plan_encode_local(const sck_state *st, sck_buf *out) {
         qsort(order, n, sizeof *order, cmp_keyidx);
     }
     int rc = sck_buf_reserve(out, VARINT_MAX);
-    if (!rc) out->len = (size_t)(put_var(out->data + out->len, n) - out->data);
+    if (!rc) out->len = (size_t)(sck_put_varint(out->data + out->len, n) - out->data);
     const st_entry *prev = NULL;
     size_t prev_i = 0;
     for (size_t k = 0; k < n && !rc; k++) {
@@ -86,24 +67,24 @@ int plan_encode_local(const sck_state *st, sck_buf *out) {
         uint8_t *q = out->data + out->len, *flags = q++;
         unsigned f = (unsigned)e->kind | (e->present ? PF_PRESENT : 0) | (e->replicated ? PF_REPLICATED : 0);
         if (prev && prev->dtype == e->dtype && prev->ndim == e->ndim && !memcmp(prev->shape, e->shape, nb)) f |= PF_SAME_META;
-        if (prev && same_pieces(prev, e)) f |= PF_SAME_PIECES;
+        if (prev && state_same_boxes(prev, e)) f |= PF_SAME_PIECES;
         if (prev ? i == prev_i + 1 : i == 0) f |= PF_NEXT_INDEX;
         *flags = (uint8_t)f;
-        if (!(f & PF_NEXT_INDEX)) q = put_var(q, i);
-        q = put_var(q, shared);
-        q = put_var(q, kl - shared);
+        if (!(f & PF_NEXT_INDEX)) q = sck_put_varint(q, i);
+        q = sck_put_varint(q, shared);
+        q = sck_put_varint(q, kl - shared);
         memcpy(q, e->key + shared, kl - shared);
         q += kl - shared;
         if (!(f & PF_SAME_META)) {
             *q++ = (uint8_t)e->dtype;
             *q++ = (uint8_t)e->ndim;
-            for (int d = 0; d < e->ndim; d++) q = put_var(q, (uint64_t)e->shape[d]);
+            for (int d = 0; d < e->ndim; d++) q = sck_put_varint(q, (uint64_t)e->shape[d]);
         }
         if (!(f & PF_SAME_PIECES)) {
-            q = put_var(q, e->npieces);
+            q = sck_put_varint(q, e->npieces);
             for (size_t p = 0; p < e->npieces; p++) {
-                for (int d = 0; d < e->ndim; d++) q = put_var(q, (uint64_t)e->pieces[p].box.off[d]);
-                for (int d = 0; d < e->ndim; d++) q = put_var(q, (uint64_t)e->pieces[p].box.size[d]);
+                for (int d = 0; d < e->ndim; d++) q = sck_put_varint(q, (uint64_t)e->pieces[p].box.off[d]);
+                for (int d = 0; d < e->ndim; d++) q = sck_put_varint(q, (uint64_t)e->pieces[p].box.size[d]);
             }
         }
         out->len = (size_t)(q - out->data);
@@ -122,12 +103,8 @@ typedef struct rd {
 } rd;
 
 static uint64_t rd_var(rd *r) {
-    uint64_t v = 0;
-    for (unsigned s = 0; s < 64 && r->p < r->end; s += 7) {
-        uint8_t b = *r->p++;
-        v |= (uint64_t)(b & 0x7f) << s;
-        if (!(b & 0x80)) return v;
-    }
+    uint64_t v;
+    if (sck_get_varint(&r->p, r->end, &v)) return v;
     r->bad = 1;
     return 0;
 }

@@ -26,33 +26,14 @@
 #define ID_REC 16       /* in collective 1: rank 0's commit id, then 1 when the rank keeps a plan for its */
 #define REC1 (2 * ID_REC + 1) /* state's structure and rank, then the id of the exchange that plan came from */
 
-static uint8_t *put_var(uint8_t *q, uint64_t v) {
-    while (v >= 0x80) {
-        *q++ = (uint8_t)(v | 0x80);
-        v >>= 7;
-    }
-    *q++ = (uint8_t)v;
-    return q;
-}
-
-static int get_var(const uint8_t **p, const uint8_t *end, uint64_t *v) {
-    *v = 0;
-    for (unsigned s = 0; s < 64 && *p < end; s += 7) {
-        uint8_t b = *(*p)++;
-        *v |= (uint64_t)(b & 0x7f) << s;
-        if (!(b & 0x80)) return 1;
-    }
-    return 0;
-}
-
 /* This rank's item records for collective 2 (recs: offset, length, CRC-32C per item). */
 static size_t encode_recs(const uint64_t *recs, size_t n, uint8_t *out) {
     uint8_t *q = out;
     uint64_t next = 0;
     for (size_t i = 0; i < n; i++, recs += 3) {
         uint64_t d = recs[0] - next; /* two's complement; zigzag keeps a small backward step small */
-        q = put_var(q, (d << 1) ^ (uint64_t)((int64_t)d >> 63));
-        q = put_var(q, recs[1]);
+        q = sck_put_varint(q, (d << 1) ^ (uint64_t)((int64_t)d >> 63));
+        q = sck_put_varint(q, recs[1]);
         for (int k = 0; k < 4; k++) *q++ = (uint8_t)(recs[2] >> (8 * k));
         next = recs[0] + recs[1];
     }
@@ -69,7 +50,7 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
             const plan_item *it = &p->items[r][i];
             ck_chunk *c = &p->m.e[it->entry].chunks[it->chunk];
             uint64_t z, len;
-            if (!get_var(&q, end, &z) || !get_var(&q, end, &len) || end - q < 4)
+            if (!sck_get_varint(&q, end, &z) || !sck_get_varint(&q, end, &len) || end - q < 4)
                 return sck_err(SCK_ERR_FORMAT, "rank %d's record of item %zu is truncated", r, i);
             c->offset = next + ((z >> 1) ^ (~(z & 1) + 1));
             c->length = len;

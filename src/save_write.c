@@ -49,15 +49,8 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* 1 if a and b would give the same local plan (everything plan_encode_local sends). */
 static int same_structure(const st_entry *a, const st_entry *b) {
-    if (a->kind != b->kind || a->present != b->present || a->dtype != b->dtype || a->ndim != b->ndim ||
-        a->replicated != b->replicated || a->npieces != b->npieces || strcmp(a->key, b->key))
-        return 0;
-    size_t nb = (size_t)a->ndim * sizeof(int64_t);
-    if (memcmp(a->shape, b->shape, nb)) return 0;
-    for (size_t k = 0; k < a->npieces; k++)
-        if (memcmp(a->pieces[k].box.off, b->pieces[k].box.off, nb) || memcmp(a->pieces[k].box.size, b->pieces[k].box.size, nb))
-            return 0;
-    return 1;
+    return a->kind == b->kind && a->present == b->present && a->dtype == b->dtype && a->replicated == b->replicated &&
+           state_same_boxes(a, b) && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) && !strcmp(a->key, b->key);
 }
 
 /* Snapshot layout: tensor data (pieces of 256 KiB or more page-aligned, as in the file), then the

@@ -28,6 +28,16 @@ int state_add_unexpected(sck_state *st, const char *key) {
     return SCK_OK;
 }
 
+int state_same_boxes(const st_entry *a, const st_entry *b) {
+    if (a->ndim != b->ndim || a->npieces != b->npieces) return 0;
+    size_t nb = (size_t)a->ndim * sizeof(int64_t);
+    for (size_t k = 0; k < a->npieces; k++) {
+        const sck_box *x = &a->pieces[k].box, *y = &b->pieces[k].box;
+        if (memcmp(x->off, y->off, nb) || memcmp(x->size, y->size, nb)) return 0;
+    }
+    return 1;
+}
+
 void sck_state_free(sck_state *st) {
     if (!st) return;
     for (size_t i = 0; i < st->n; i++) {

@@ -42,6 +42,8 @@ struct sck_state {
 };
 
 st_entry *state_find(const sck_state *st, const char *key);
+/* 1 if a and b have the same ndim and the same boxes, piece for piece (data pointers aside). */
+int state_same_boxes(const st_entry *a, const st_entry *b);
 void state_clear_unexpected(sck_state *st);
 int state_add_unexpected(sck_state *st, const char *key);
 

@@ -51,6 +51,26 @@ static inline uint32_t sck_le32(const uint8_t *p) {
 }
 static inline uint64_t sck_le64(const uint8_t *p) { return (uint64_t)sck_le32(p) | ((uint64_t)sck_le32(p + 4) << 32); }
 
+/* Unsigned LEB128 varints (at most 10 bytes): the compact records of the save plan exchange. */
+static inline uint8_t *sck_put_varint(uint8_t *q, uint64_t v) {
+    while (v >= 0x80) {
+        *q++ = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    *q++ = (uint8_t)v;
+    return q;
+}
+/* Reads one varint at *p (advanced past it) before end; 0 if truncated or longer than 64 bits. */
+static inline int sck_get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+    *v = 0;
+    for (unsigned s = 0; s < 64 && *p < end; s += 7) {
+        uint8_t b = *(*p)++;
+        *v |= (uint64_t)(b & 0x7f) << s;
+        if (!(b & 0x80)) return 1;
+    }
+    return 0;
+}
+
 /* Checked arithmetic: return 0 on success, 1 on overflow. */
 static inline int sck_mul_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
     if (a != 0 && b > UINT64_MAX / a) return 1;
