@@ -192,17 +192,21 @@ static int cmp_cand(const void *a, const void *b) {
 /* The combined check of item g (chunk c), as every rank plans it from the same lists: if every
  * reader reads it as a few runs inside it, the segments are chosen greedily by offset (a run not
  * overlapping those before it), and this rank's share (its segments; for the owner, the gaps) goes
- * into *cb.  Returns 0 if the item is not combined, 1 if it is, -1 out of memory. */
+ * into *cb.  Items only one rank reads are not combined.  Returns 0 if the item is not combined, 1 if it
+ * is, -1 out of memory. */
 static int plan_comb(const ck_chunk *c, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me,
                      int owner, uint64_t g, ck_comb *cb) {
     size_t nc = 0;
+    int readers = 0;
     uint64_t lo = c->offset, hi = c->offset + c->length;
     for (int r = 0; r < nranks; r++) {
         long i = index_of(all[r], n[r], g);
         if (i < 0) continue;
         if (rng[r][i].nr == 0) return 0;
         nc += (size_t)rng[r][i].nr;
+        readers++;
     }
+    if (readers < 2) return 0; /* its only reader checks it whole, in the same pass (src/ckpt.c) */
     lc_cand *cd = malloc((nc ? nc : 1) * sizeof *cd);
     if (!cd) return -1;
     nc = 0;
@@ -359,8 +363,8 @@ static int cmp_seg(const void *a, const void *b) {
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-/* Every rank's segment CRCs, sorted by item and offset, combined item by item and compared with the
- * metadata: the first failing item (the same on every rank) gives the error. */
+/* The segment CRCs of this rank's share of the items, sorted by item and offset, combined item by
+ * item and compared with the metadata: the first failing item gives this rank's error. */
 static int check_segs(sck_ckpt *ck, ck_seg *s, size_t n) {
     size_t *base = item_bases(&ck->m);
     if (!base) return sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir);
@@ -410,9 +414,13 @@ int lc_finish(sck_comm *comm, sck_ckpt *ck, int local) {
     int v = SCK_OK;
     if (total % sizeof *s) v = sck_err(SCK_ERR_FORMAT, "%s: checksum records of %zu bytes", ck->dir, total);
     else if (total && !s) v = sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir);
-    else if (total) {
-        memcpy(s, all, total);
-        v = check_segs(ck, s, total / sizeof *s);
+    else if (total) { /* the ranks share the work: items by number, round robin */
+        size_t k = 0;
+        for (size_t i = 0; i < total / sizeof *s; i++) {
+            memcpy(&s[k], (const uint8_t *)all + i * sizeof *s, sizeof *s);
+            k += s[k].item % (uint64_t)comm->size == (uint64_t)comm->rank;
+        }
+        v = check_segs(ck, s, k);
     }
     free(s);
     free(all);

@@ -42,9 +42,9 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st);
 
 /* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has
- * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): every rank
- * combines the segments of each combined item in offset order and compares the result with the
- * metadata.  Returns the agreed status: any rank's error, or SCK_ERR_CHECKSUM naming file, key and
+ * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): rank r
+ * combines, in offset order, the segments of the combined items numbered r modulo the world size and
+ * compares each result with the metadata.  Returns the agreed status: any rank's error, or SCK_ERR_CHECKSUM naming file, key and
  * item offset (also when the parts leave bytes of the item unchecked). */
 int lc_finish(sck_comm *comm, sck_ckpt *ck, int local);
 
