@@ -935,26 +935,77 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
 }
 
-int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst) {
-    ck_entry *e = &ck->m.e[ei];
+/* One overlap to read: want k's part in chunk ci of its entry, ordered by where the item lies. */
+typedef struct read_op {
+    uint32_t file;
+    uint64_t off;
+    size_t k, ci;
+} read_op;
+
+static int cmp_read_op(const void *a, const void *b) {
+    const read_op *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    if (x->off != y->off) return x->off < y->off ? -1 : 1;
+    return x->k < y->k ? -1 : x->k > y->k;
+}
+
+static int check_want(const sck_ckpt *ck, const ck_want *w, uint64_t *nops) {
+    const ck_entry *e = &ck->m.e[w->ei];
     if (e->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': is a bytes entry, not a tensor", e->key);
     if (e->dtype < 0) return sck_err(SCK_ERR_UNSUPPORTED, "'%s': stored dtype %s is not supported", e->key, e->dtype_name);
-    if (want->ndim != e->ndim || !box_within(want, e->shape))
+    if (w->box->ndim != e->ndim || !box_within(w->box, e->shape))
         return sck_err(SCK_ERR_INVALID_ARG, "'%s': requested box does not fit the stored shape", e->key);
-    uint64_t need = box_numel(want), got = 0;
+    uint64_t need = box_numel(w->box), got = 0;
     if (need == 0) return SCK_OK;
     for (size_t ci = 0; ci < e->nchunks; ci++) {
         sck_box ov;
-        if (!box_intersect(&e->chunks[ci].box, want, &ov)) continue;
-        int rc = read_overlap(ck, ei, ci, want, &ov, dst);
-        if (rc) return rc;
+        if (!box_intersect(&e->chunks[ci].box, w->box, &ov)) continue;
         got += box_numel(&ov);
+        ++*nops;
     }
     if (got != need)
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (%s)", e->key,
                        (unsigned long long)got, (unsigned long long)need,
                        got < need ? "the checkpoint has holes" : "saved chunks overlap");
     return SCK_OK;
+}
+
+int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
+    uint64_t nops = 0;
+    for (size_t k = 0; k < n; k++) {
+        int rc = check_want(ck, &w[k], &nops);
+        if (rc) return rc;
+    }
+    if (nops == 0) return SCK_OK;
+    read_op *op = nops <= SIZE_MAX / sizeof *op ? malloc((size_t)nops * sizeof *op) : NULL;
+    if (!op) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning %llu reads", ck->dir, (unsigned long long)nops);
+    size_t m = 0;
+    for (size_t k = 0; k < n; k++) {
+        const ck_entry *e = &ck->m.e[w[k].ei];
+        if (box_numel(w[k].box) == 0) continue;
+        for (size_t ci = 0; ci < e->nchunks; ci++) {
+            sck_box ov;
+            if (box_intersect(&e->chunks[ci].box, w[k].box, &ov)) op[m++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci};
+        }
+    }
+    /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
+     * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
+     * from several files) and refill a window for every item. */
+    qsort(op, m, sizeof *op, cmp_read_op);
+    int rc = SCK_OK;
+    for (size_t j = 0; j < m && !rc; j++) {
+        const ck_want *x = &w[op[j].k];
+        sck_box ov;
+        box_intersect(&ck->m.e[x->ei].chunks[op[j].ci].box, x->box, &ov);
+        rc = read_overlap(ck, x->ei, op[j].ci, x->box, &ov, x->dst);
+    }
+    free(op);
+    return rc;
+}
+
+int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst) {
+    ck_want w = {ei, want, dst};
+    return ckpt_read_boxes(ck, &w, 1);
 }
 
 int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst) {

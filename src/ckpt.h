@@ -97,6 +97,16 @@ void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci);
 int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */
 int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst);
+/* One box of a tensor entry to read into dst (row-major over *box). */
+typedef struct ck_want {
+    size_t ei;
+    const sck_box *box;
+    void *dst;
+} ck_want;
+/* Reads n boxes, as ckpt_read_box each, but every box is checked (kind, dtype, fit, coverage) before
+ * anything is read, and the overlaps are read in file order.  Errors: the first failing box's check,
+ * then the first failing read's; SCK_ERR_NOMEM. */
+int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);
 

@@ -19,7 +19,8 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
-static int load_tensor(sck_ckpt *ck, size_t ci, st_entry *e) {
+/* Whether entry ci of the checkpoint can be read into tensor entry e: kind, dtype and shape agree. */
+static int check_tensor(const sck_ckpt *ck, size_t ci, const st_entry *e) {
     const ck_entry *ce = &ck->m.e[ci];
     if (ce->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds bytes/a value, a tensor was requested", e->key);
     if (ce->dtype != (int)e->dtype)
@@ -29,10 +30,6 @@ static int load_tensor(sck_ckpt *ck, size_t ci, st_entry *e) {
         fmt_shape(a, sizeof a, ce->ndim, ce->shape);
         fmt_shape(b, sizeof b, e->ndim, e->shape);
         return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint's shape is %s, %s was requested", e->key, a, b);
-    }
-    for (size_t p = 0; p < e->npieces; p++) {
-        int rc = ckpt_read_box(ck, ci, &e->pieces[p].box, e->pieces[p].data);
-        if (rc) return rc;
     }
     return SCK_OK;
 }
@@ -77,24 +74,37 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
     return SCK_OK;
 }
 
+/* Bytes entries are read as they come; tensor entries are checked first and their boxes then read
+ * together, in file order (ckpt_read_boxes). */
 static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
-    for (size_t i = 0; i < st->n; i++) {
+    size_t npieces = 0, nw = 0;
+    for (size_t i = 0; i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
+    ck_want *w = malloc((npieces ? npieces : 1) * sizeof *w);
+    long *found = malloc((st->n ? st->n : 1) * sizeof *found);
+    int rc = w && found ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
+    for (size_t i = 0; !rc && i < st->n; i++) {
         st_entry *e = &st->e[i];
-        long ci = ck_meta_find(&ck->m, e->key);
+        long ci = found[i] = ck_meta_find(&ck->m, e->key);
         if (ci < 0) {
-            if (flags & SCK_LOAD_ALLOW_MISSING) continue;
-            return sck_err(SCK_ERR_MISSING_KEY, "'%s': not in checkpoint %s", e->key, ck->dir);
+            if (!(flags & SCK_LOAD_ALLOW_MISSING)) rc = sck_err(SCK_ERR_MISSING_KEY, "'%s': not in checkpoint %s", e->key, ck->dir);
+        } else if (e->kind != ENT_TENSOR) {
+            if (!(rc = load_bytes(ck, (size_t)ci, e))) e->loaded = 1;
+        } else if (!(rc = check_tensor(ck, (size_t)ci, e))) {
+            for (size_t p = 0; p < e->npieces; p++) w[nw++] = (ck_want){(size_t)ci, &e->pieces[p].box, e->pieces[p].data};
         }
-        int rc = e->kind == ENT_TENSOR ? load_tensor(ck, (size_t)ci, e) : load_bytes(ck, (size_t)ci, e);
-        if (rc) return rc;
-        e->loaded = 1;
     }
+    if (!rc) rc = ckpt_read_boxes(ck, w, nw);
+    for (size_t i = 0; !rc && i < st->n; i++)
+        if (found[i] >= 0 && st->e[i].kind == ENT_TENSOR) st->e[i].loaded = 1;
+    free(w);
+    free(found);
+    if (rc) return rc;
     for (size_t i = 0; i < ck->m.n; i++) {
         if (state_find(st, ck->m.e[i].key)) continue;
         if (flags & SCK_LOAD_REJECT_UNEXPECTED)
             return sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ck->m.e[i].key, ck->dir);
-        int rc = state_add_unexpected(st, ck->m.e[i].key);
-        if (rc) return rc;
+        int rc2 = state_add_unexpected(st, ck->m.e[i].key);
+        if (rc2) return rc2;
     }
     return SCK_OK;
 }
