@@ -12,6 +12,8 @@
 
 #include "commit.h"
 #include "crc32c.h"
+#include "meta_side.h"
+#include "meta_wire.h"
 #include "torch_item.h"
 #include "zip.h"
 
@@ -107,12 +109,31 @@ int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out) {
     return SCK_OK;
 }
 
-int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out) {
+int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
     char what[4096];
-    snprintf(what, sizeof what, "%s/.metadata", dir);
     ck_meta m;
-    int rc = dcp_meta_decode(data, n, what, &m);
-    if (rc) return rc;
+    uint8_t *w;
+    size_t wn;
+    int rc;
+    if (wire) *wire = NULL;
+    meta_side_read(dir, data, n, &w, &wn);
+    if (w) {
+        snprintf(what, sizeof what, "%s/%s", dir, META_SIDE_NAME);
+        if ((rc = meta_wire_decode(w, wn, what, &m)) == SCK_OK) {
+            if ((rc = ckpt_from_model(dir, &m, out))) {
+                free(w);
+                return rc;
+            }
+            (*out)->from_side = 1;
+            if (wire) *wire = w, *wire_len = wn;
+            else free(w);
+            return SCK_OK;
+        }
+        free(w); /* not this build's layout after all: the pickle says what is there */
+        sck_err_clear();
+    }
+    snprintf(what, sizeof what, "%s/.metadata", dir);
+    if ((rc = dcp_meta_decode(data, n, what, &m))) return rc;
     return ckpt_from_model(dir, &m, out);
 }
 
@@ -146,7 +167,7 @@ static int open_path(const char *path, sck_ckpt **out) {
         snprintf(mp, sizeof mp, "%s/.metadata", path);
         int rc = sck_read_file(mp, &data, &n);
         if (rc) return rc;
-        rc = ckpt_from_metadata(path, data, n, out);
+        rc = ckpt_from_metadata(path, data, n, out, NULL, NULL);
         free(data);
         return rc;
     }

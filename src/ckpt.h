@@ -69,10 +69,13 @@ struct sck_ckpt {
     ck_seg *segs;                   /* CRCs this rank computed for combined checks, in reading order */
     size_t nsegs, capsegs;
     int plan_failed;                /* out of memory planning this rank's share: the load must fail */
+    int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
 };
 
-/* Builds an sck_ckpt for directory `dir` from `.metadata` bytes already read (load broadcasts them). */
-int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out);
+/* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read: from the model
+ * cache beside them when it matches (src/meta_side.h), else by decoding the pickle.  When the cache
+ * served and wire is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL. */
+int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
 /* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m. */
 int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out);
 /* Safetensors sources: a single file, or a directory with model.safetensors.index.json. */

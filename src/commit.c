@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "meta_side.h"
 
 /* Splits a normalized path into its parent directory and last component (both malloc'ed). */
 static int split_path(const char *dir, char **parent, char **base) {
@@ -154,7 +155,8 @@ int commit_resolve(const char *dir, char **out) {
 /* Only what saves write may be in a directory we replace. */
 static int is_ckpt_file(const char *name) {
     size_t n = strlen(name);
-    return !strcmp(name, ".metadata") || !strcmp(name, ".metadata.tmp") || (n > 7 && !strcmp(name + n - 7, ".distcp"));
+    return !strcmp(name, ".metadata") || !strcmp(name, ".metadata.tmp") || !strcmp(name, META_SIDE_NAME) ||
+           (n > 7 && !strcmp(name + n - 7, ".distcp"));
 }
 
 static int check_replaceable(const char *dir) {

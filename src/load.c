@@ -135,13 +135,14 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     sck_buf wire;
     sck_buf_init(&wire);
     int local = SCK_OK;
-    if (comm->rank == 0) {
-        uint8_t *data = NULL;
-        size_t n = 0;
+    if (comm->rank == 0) { /* the model cache's bytes go out as they are; else the decoded model's */
+        uint8_t *data = NULL, *side = NULL;
+        size_t n = 0, side_len = 0;
         local = sck_read_file(mp, &data, &n);
-        if (!local) local = ckpt_from_metadata(dir, data, n, ck);
+        if (!local) local = ckpt_from_metadata(dir, data, n, ck, &side, &side_len);
         free(data);
-        if (!local) local = meta_wire_encode(&(*ck)->m, &wire);
+        if (side) wire.data = side, wire.len = wire.cap = side_len;
+        else if (!local) local = meta_wire_encode(&(*ck)->m, &wire);
     }
     int rc = agree_opened(comm, local, ck); /* rank 0's read or decode error, with its message */
     if (rc) {

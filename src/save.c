@@ -17,6 +17,7 @@
 
 #include "comm.h"
 #include "fileio.h"
+#include "meta_side.h"
 #include "save_job.h"
 
 /* Collective 2 carries, per item, its offset (as the distance from the end of the item before,
@@ -221,6 +222,8 @@ int save_finish(save_job *j) {
         sck_buf meta;
         sck_buf_init(&meta);
         if (!local) local = dcp_meta_encode(&j->plan.m, &meta);
+        /* The model cache first: .metadata, written last, completes the checkpoint. */
+        if (!local) local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
         if (!local) local = write_file(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync);
         if (!local) local = commit_publish(&j->cm, j->do_fsync);
         sck_buf_free(&meta);

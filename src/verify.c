@@ -1,9 +1,11 @@
 /* verify.c - sck_ckpt_verify: read every item of a checkpoint in full and check everything that can be
  * checked without the caller's data: decoding, coverage and checksums. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "ckpt.h"
+#include "meta_side.h"
 
 /* Chunks of a tensor must cover it exactly once: no overlap (also refused at open), no hole. */
 static int check_cover(const sck_ckpt *ck, const ck_entry *e, sck_box *scratch) {
@@ -52,6 +54,22 @@ static int check_entry(sck_ckpt *ck, size_t i, sck_box *scratch, sck_verify_stat
     return SCK_OK;
 }
 
+/* The model came from .metadata.sck: the pickle, which torch reads, must say the same. */
+static int check_side(const sck_ckpt *ck) {
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/.metadata", ck->dir);
+    uint8_t *data = NULL;
+    size_t n = 0;
+    ck_meta m;
+    int rc = sck_read_file(mp, &data, &n);
+    if (!rc) rc = dcp_meta_decode(data, n, mp, &m);
+    free(data);
+    if (rc) return rc;
+    int same = meta_same(&m, &ck->m);
+    ck_meta_free(&m);
+    return same ? SCK_OK : sck_err(SCK_ERR_FORMAT, "%s/%s: describes another checkpoint than %s", ck->dir, META_SIDE_NAME, mp);
+}
+
 int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats) {
     if (!ck) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_verify: NULL checkpoint");
     sck_verify_stats st;
@@ -61,7 +79,7 @@ int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats) {
         if (ck->m.e[i].nchunks > most) most = ck->m.e[i].nchunks;
     sck_box *scratch = malloc(most * sizeof *scratch);
     if (!scratch) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", ck->dir);
-    int rc = SCK_OK;
+    int rc = ck->from_side ? check_side(ck) : SCK_OK;
     for (size_t i = 0; i < ck->m.n && !rc; i++) rc = check_entry(ck, i, scratch, &st);
     free(scratch);
     if (stats) *stats = st;
