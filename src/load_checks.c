@@ -83,11 +83,16 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len
                     sck_box ov;
                     if (!ce->chunks[ci].has_crc || !box_intersect(&ce->chunks[ci].box, want, &ov)) continue;
                     uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
+                    /* A rank reading the whole chunk reads the whole item: it is the owner, checks it
+                     * whole and combines nothing (plan_comb), so its runs are not needed and the item
+                     * is not resolved here (for a same-layout load, no item is). */
+                    int whole = box_numel(&ov) == box_numel(&ce->chunks[ci].box);
                     if (pass) {
-                        rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
+                        if (whole) nr[g] = LC_RANGES + 1;
+                        else rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
                         continue;
                     }
-                    if (!*b) ckpt_prefetch_headers(ck, (size_t)ei, ci);
+                    if (!*b && !whole) ckpt_prefetch_headers(ck, (size_t)ei, ci);
                     *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
                 }
             }

@@ -23,8 +23,8 @@ typedef struct lc_need {
 
 /* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; caller frees): per
  * checksummed tensor item its boxes overlap, by ascending item, {item, bytes needed, runs (0: more than
- * LC_RANGES, or unknown)} and each run's {file offset, length}, uint64 each; the items' chunks are
- * resolved to find the runs.  Entries the load will reject (missing, other dtype or shape, bytes) are
+ * LC_RANGES, unknown, or the whole chunk)} and each run's {file offset, length}, uint64 each; the
+ * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.  Entries the load will reject (missing, other dtype or shape, bytes) are
  * left out: nothing is read from them.  Errors: SCK_ERR_NOMEM. */
 int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len);
 

@@ -355,3 +355,39 @@ TEST(load_checks_combined_replicated_readers) {
     }
     teardown(&g);
 }
+
+/* A rank that reads a chunk whole owns and checks its item whole, so planning needs no runs of it and
+ * resolves nothing (no item header is read before the load proper); a partial read is resolved to
+ * find its runs. */
+TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    for (int partial = 0; partial < 2; partial++) {
+        sck_ckpt *ck;
+        REQUIRE_OK(sck_ckpt_open(dir, &ck));
+        sck_state *st = sck_state_new();
+        REQUIRE(st);
+        int64_t ws[2] = {WR, WC}, wo[2] = {WR / 2, 0}, wz[2] = {WR / 2 - partial, WC};
+        REQUIRE_OK(sck_state_add_box(st, "w", SCK_F32, 2, ws, wo, wz, g.w));
+        uint8_t *wire = NULL;
+        size_t n = 0;
+        REQUIRE_OK(lc_needs(ck, st, &wire, &n));
+        /* one record: {item, bytes, runs} and, when partial, its one run {offset, length} */
+        uint64_t rec[5] = {0};
+        CHECK(n == (partial ? 5 : 3) * sizeof(uint64_t));
+        if (n <= sizeof rec) memcpy(rec, wire, n);
+        CHECK(rec[1] == (uint64_t)wz[0] * ROW);
+        CHECK(rec[2] == (uint64_t)partial);
+        if (partial) CHECK(rec[3] == L.payload[1] && rec[4] == (uint64_t)wz[0] * ROW);
+        long wi = sck_ckpt_find(ck, "w");
+        REQUIRE(wi >= 0);
+        CHECK((ck->res[wi] != NULL) == partial);
+        free(wire);
+        sck_state_free(st);
+        sck_ckpt_close(ck);
+    }
+    teardown(&g);
+}
