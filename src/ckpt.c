@@ -323,6 +323,15 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         r->done = 1;
         return SCK_OK;
     }
+    if (c->payload && !ck->full_resolve) { /* our own item: the model cache says where its payload is */
+        if (need > c->length - c->payload)
+            return sck_err(SCK_ERR_FORMAT, "%s: a payload of %llu bytes at %llu does not fit the item", what, (unsigned long long)need,
+                           (unsigned long long)c->payload);
+        r->data_off = c->offset + c->payload;
+        box_strides(&c->box, r->strides);
+        r->done = 1;
+        return SCK_OK;
+    }
     item_rd ird = {ck, fd, c, fsize, what};
     zip_dir zd;
     memset(&zd, 0, sizeof zd);
@@ -382,6 +391,15 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         if (!strcmp(b, "big")) r->swap = elem > 1;
         else if (strcmp(b, "little")) {
             rc = sck_err(SCK_ERR_FORMAT, "%s: byteorder record '%s' is neither little nor big", what, b);
+            goto out;
+        }
+    }
+    if (c->payload) { /* verifying: the archive must agree with the model cache */
+        int64_t rm[SCK_MAX_DIMS];
+        box_strides(&c->box, rm);
+        if (r->data_off != c->offset + c->payload || r->swap || (need && memcmp(rm, r->strides, (size_t)e->ndim * sizeof *rm))) {
+            rc = sck_err(SCK_ERR_FORMAT, "%s: the archive's payload (at %llu) is not where %s says (at %llu, row-major, little-endian)",
+                         what, (unsigned long long)(r->data_off - c->offset), META_SIDE_NAME, (unsigned long long)c->payload);
             goto out;
         }
     }

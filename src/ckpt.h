@@ -70,6 +70,8 @@ struct sck_ckpt {
     size_t nsegs, capsegs;
     int plan_failed;                /* out of memory planning this rank's share: the load must fail */
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
+    int full_resolve;               /* parse every archive, checking the cache's payload offsets
+                                     * against it (sck_ckpt_verify), rather than trusting them */
 };
 
 /* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read: from the model

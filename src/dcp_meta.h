@@ -14,6 +14,9 @@ typedef struct ck_chunk {
     int transformed;        /* DCP transform descriptors present: we cannot decode the item */
     int has_crc;            /* crc32c is known (written by shardckpt; torch records none) */
     uint32_t crc32c;        /* CRC-32C of the item's bytes [offset, offset+length) */
+    uint64_t payload;       /* where in the item our save put the payload (contiguous row-major,
+                             * little-endian), known from .metadata.sck only; 0: unknown (the
+                             * archive is parsed to find it) */
 } ck_chunk;
 
 typedef struct ck_entry {

@@ -29,7 +29,8 @@ int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size
 void meta_side_read(const char *dir, const uint8_t *meta, size_t meta_len, uint8_t **wire, size_t *wire_len);
 
 /* 1 if models a and b describe the same checkpoint: the same entries, and chunk by chunk the same
- * boxes, file names, offsets, lengths, flags and CRC-32Cs (file indices may differ). */
+ * boxes, file names, offsets, lengths, flags and CRC-32Cs (file indices may differ; payload offsets,
+ * which .metadata does not record, are not compared: sck_ckpt_verify checks them against the archives). */
 int meta_same(const ck_meta *a, const ck_meta *b);
 
 #endif

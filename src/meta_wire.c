@@ -7,6 +7,7 @@
  *   entry   u32 keylen | key | u8 is_bytes | i32 dtype | u8 namelen | dtype_name | u8 ndim | i64 shape[ndim]
  *           | u64 nchunks | chunks
  *   chunk   u8 ndim | i64 off[ndim] | i64 size[ndim] | u32 file | u64 offset | u64 length | u8 flags | u32 crc32c
+ *           | u64 payload (only with flag MW_PAYLOAD)
  */
 #include "meta_wire.h"
 
@@ -17,7 +18,7 @@
 
 #include "box.h"
 
-static const uint8_t mw_magic[8] = {'S', 'C', 'K', 'M', 'W', 0, 0, 1}; /* last byte: version */
+static const uint8_t mw_magic[8] = {'S', 'C', 'K', 'M', 'W', 0, 0, 2}; /* last byte: version */
 
 #define MW_HEAD (8 + 4 + 8 + 8 + 8 + 8)
 #define MW_FILE_MIN 4u
@@ -25,7 +26,7 @@ static const uint8_t mw_magic[8] = {'S', 'C', 'K', 'M', 'W', 0, 0, 1}; /* last b
 #define MW_CHUNK_FIXED (4u + 8 + 8 + 1 + 4)        /* after ndim and the box */
 #define MW_CHUNK_MIN (1u + MW_CHUNK_FIXED)
 
-enum { MW_RAW = 1, MW_TRANSFORMED = 2, MW_HAS_CRC = 4 };
+enum { MW_RAW = 1, MW_TRANSFORMED = 2, MW_HAS_CRC = 4, MW_PAYLOAD = 8 };
 
 /* ---- encoding ---- */
 
@@ -64,7 +65,7 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
         for (size_t c = 0; c < e->nchunks; c++) {
             int nd = e->chunks[c].box.ndim;
             if (nd < 0 || nd > SCK_MAX_DIMS) return sck_err(SCK_ERR_INVALID_ARG, "'%s': chunk %zu has rank %d", e->key, c, nd);
-            size += MW_CHUNK_MIN + 16 * (size_t)nd;
+            size += MW_CHUNK_MIN + 16 * (size_t)nd + (e->chunks[c].payload ? 8 : 0);
         }
         nchunks += e->nchunks;
     }
@@ -102,8 +103,10 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
             p = put32(p, ch->file);
             p = put64(p, ch->offset);
             p = put64(p, ch->length);
-            *p++ = (uint8_t)((ch->raw ? MW_RAW : 0) | (ch->transformed ? MW_TRANSFORMED : 0) | (ch->has_crc ? MW_HAS_CRC : 0));
+            *p++ = (uint8_t)((ch->raw ? MW_RAW : 0) | (ch->transformed ? MW_TRANSFORMED : 0) | (ch->has_crc ? MW_HAS_CRC : 0) |
+                             (ch->payload ? MW_PAYLOAD : 0));
             p = put32(p, ch->crc32c);
+            if (ch->payload) p = put64(p, ch->payload);
         }
     }
     out->len += size;
@@ -184,12 +187,18 @@ static int decode_chunk(mw_rd *r, const ck_meta *m, const ck_entry *e, size_t c,
     ch->length = get64(r);
     if (ch->offset > UINT64_MAX - ch->length) return bad(r, at, "'%s' chunk %zu: offset+length overflows", e->key, c);
     unsigned flags = get8(r);
-    if (flags & ~(unsigned)(MW_RAW | MW_TRANSFORMED | MW_HAS_CRC))
+    if (flags & ~(unsigned)(MW_RAW | MW_TRANSFORMED | MW_HAS_CRC | MW_PAYLOAD))
         return bad(r, at, "'%s' chunk %zu has unknown flags 0x%x", e->key, c, flags);
     ch->raw = !!(flags & MW_RAW);
     ch->transformed = !!(flags & MW_TRANSFORMED);
     ch->has_crc = !!(flags & MW_HAS_CRC);
     ch->crc32c = get32(r);
+    ch->payload = 0;
+    if (!(flags & MW_PAYLOAD)) return SCK_OK;
+    if (need(r, 8, "a payload offset")) return SCK_ERR_FORMAT;
+    ch->payload = get64(r);
+    if (ch->payload == 0 || ch->payload >= ch->length || ch->raw || ch->transformed || e->is_bytes)
+        return bad(r, at, "'%s' chunk %zu: payload offset %llu does not fit its item", e->key, c, (unsigned long long)ch->payload);
     return SCK_OK;
 }
 

@@ -21,21 +21,23 @@
 #include "save_job.h"
 
 /* Collective 2 carries, per item, its offset (as the distance from the end of the item before,
- * zigzag varint: items are written back to back, so usually 0), its length (varint) and its CRC-32C
- * (le32): a few bytes instead of 24 per item, sent to every rank. */
-#define ITEM_REC_MAX 24
+ * zigzag varint: items are written back to back, so usually 0), its length (varint), its CRC-32C
+ * (le32) and where its payload starts in it (varint, 0: none): a few bytes instead of 32 per item,
+ * sent to every rank. */
+#define ITEM_REC_MAX (10 + 10 + 4 + 10)
 #define ID_REC 16       /* in collective 1: rank 0's commit id, then 1 when the rank keeps a plan for its */
 #define REC1 (2 * ID_REC + 1) /* state's structure and rank, then the id of the exchange that plan came from */
 
-/* This rank's item records for collective 2 (recs: offset, length, CRC-32C per item). */
+/* This rank's item records for collective 2 (recs: offset, length, CRC-32C, payload per item). */
 static size_t encode_recs(const uint64_t *recs, size_t n, uint8_t *out) {
     uint8_t *q = out;
     uint64_t next = 0;
-    for (size_t i = 0; i < n; i++, recs += 3) {
+    for (size_t i = 0; i < n; i++, recs += SAVE_REC) {
         uint64_t d = recs[0] - next; /* two's complement; zigzag keeps a small backward step small */
         q = sck_put_varint(q, (d << 1) ^ (uint64_t)((int64_t)d >> 63));
         q = sck_put_varint(q, recs[1]);
         for (int k = 0; k < 4; k++) *q++ = (uint8_t)(recs[2] >> (8 * k));
+        q = sck_put_varint(q, recs[3]);
         next = recs[0] + recs[1];
     }
     return (size_t)(q - out);
@@ -50,7 +52,7 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
         for (size_t i = 0; i < p->nitems[r]; i++) {
             const plan_item *it = &p->items[r][i];
             ck_chunk *c = &p->m.e[it->entry].chunks[it->chunk];
-            uint64_t z, len;
+            uint64_t z, len, payload;
             if (!sck_get_varint(&q, end, &z) || !sck_get_varint(&q, end, &len) || end - q < 4)
                 return sck_err(SCK_ERR_FORMAT, "rank %d's record of item %zu is truncated", r, i);
             c->offset = next + ((z >> 1) ^ (~(z & 1) + 1));
@@ -58,6 +60,9 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
             c->crc32c = sck_le32(q);
             c->has_crc = 1;
             q += 4;
+            if (!sck_get_varint(&q, end, &payload) || payload >= len)
+                return sck_err(SCK_ERR_FORMAT, "rank %d's record of item %zu is truncated or its payload lies outside it", r, i);
+            c->payload = payload;
             next = c->offset + c->length;
         }
         if (q != end) return sck_err(SCK_ERR_FORMAT, "rank %d reported %zu bytes of item records, more than its %zu items", r, counts[r], p->nitems[r]);

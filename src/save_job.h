@@ -53,6 +53,8 @@ typedef struct copy_layout {
     int same;
 } copy_layout;
 
+#define SAVE_REC 4 /* uint64s per item record (save_job.recs) */
+
 typedef struct save_job {
     sck_comm *comm;
     int rank;
@@ -66,7 +68,7 @@ typedef struct save_job {
     char local_msg[1024];     /* its message, kept across threads */
     save_src *src;            /* plan.nitems[rank] items */
     sck_buf pkls;             /* their data.pkl, back to back */
-    uint64_t *recs;           /* per item: offset, length, CRC-32C */
+    uint64_t *recs;           /* SAVE_REC per item: offset, length, CRC-32C, payload offset in the item (0: none) */
     /* Async saves build the plan on the background thread: the gathered plans wait here (NULL when
      * the kept plan is used again), and the caller's state is replaced by keep->copy. */
     void *all;

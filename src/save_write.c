@@ -137,7 +137,7 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     const save_plan *p = &j->plan;
     size_t n = p->nitems[j->rank];
     j->src = calloc(n ? n : 1, sizeof *j->src);
-    j->recs = calloc(3 * n + 1, sizeof *j->recs);
+    j->recs = calloc(SAVE_REC * n + 1, sizeof *j->recs);
     if (!j->src || !j->recs) return sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
     int rc = SCK_OK;
     /* Shards of a model are mostly alike: a tensor item with the dtype and sizes of the tensor item
@@ -180,7 +180,7 @@ int save_prepare_items(save_job *j, const sck_state *st) {
 }
 
 /* Appends one torch.save archive (data.pkl and optional payload) to the stream; rec receives its
- * offset, length and the CRC-32C of all its bytes.  The payload goes by reference: it stays valid
+ * offset, length, the CRC-32C of all its bytes and where in it the payload lies (0: none).  The payload goes by reference: it stays valid
  * until the stream is closed. */
 static int write_archive(wstream *w, const char *path, const uint8_t *pkls, const save_src *s, uint64_t *rec) {
     zip_entry ents[4];
@@ -208,6 +208,7 @@ static int write_archive(wstream *w, const char *path, const uint8_t *pkls, cons
         c = sck_crc32c(c, p, sg->len);
     }
     rec[2] = c;
+    rec[3] = big != SIZE_MAX ? zp.payload_off[big] : 0;
     zip_plan_free(&zp);
     return rc;
 }
@@ -222,7 +223,7 @@ int save_write_file(save_job *j) {
     wstream *w;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
-    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[3 * i]);
+    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
     if (rc) {
         ws_abort(w);
         return rc;

@@ -80,6 +80,11 @@ int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats) {
     sck_box *scratch = malloc(most * sizeof *scratch);
     if (!scratch) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", ck->dir);
     int rc = ck->from_side ? check_side(ck) : SCK_OK;
+    /* Every archive is parsed, and where the model cache says a payload lies is checked: chunks an
+     * earlier read resolved from the cache alone are resolved again. */
+    ck->full_resolve = 1;
+    for (size_t i = 0; i < ck->m.n; i++)
+        for (size_t c = 0; ck->res[i] && c < ck->m.e[i].nchunks; c++) ck->res[i][c].done = 0;
     for (size_t i = 0; i < ck->m.n && !rc; i++) rc = check_entry(ck, i, scratch, &st);
     free(scratch);
     if (stats) *stats = st;

@@ -165,3 +165,48 @@ TEST(meta_same_compares_file_names_not_indices) {
     ck_meta_free(&a);
     ck_meta_free(&b);
 }
+
+/* A copy of ck's model (through meta_wire). */
+static int model_copy(const sck_ckpt *ck, ck_meta *m) {
+    sck_buf b;
+    sck_buf_init(&b);
+    int rc = meta_wire_encode(&ck->m, &b);
+    if (!rc) rc = meta_wire_decode(b.data, b.len, "copy", m);
+    sck_buf_free(&b);
+    return rc;
+}
+
+static void shift_a_payload(ck_meta *m) {
+    long i = ck_meta_find(m, "model.w");
+    if (i >= 0) m->e[i].chunks[0].payload += 4;
+}
+
+/* A cache whose payload offsets disagree with the archives (which .metadata does not record) is
+ * caught by verify, which parses every archive. */
+TEST(meta_side_payload_offsets_checked_by_verify) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/payload", th_tmpdir());
+    REQUIRE_OK(fx_save(dir, 3, 0, 0, NULL, NULL));
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long wi = sck_ckpt_find(ck, "model.w");
+    REQUIRE(wi >= 0);
+    CHECK(ck->m.e[wi].chunks[0].payload > 0); /* our save records them */
+    ck_meta m;
+    REQUIRE_OK(model_copy(ck, &m));
+    sck_ckpt_close(ck);
+    shift_a_payload(&m);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.metadata", dir);
+    size_t n;
+    unsigned char *meta = fx_read(p, &n);
+    REQUIRE(meta);
+    REQUIRE_OK(meta_side_write(dir, &m, meta, n));
+    free(meta);
+    ck_meta_free(&m);
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    CHECK(ck->from_side == 1);
+    CHECK_ERR(sck_ckpt_verify(ck, NULL), SCK_ERR_FORMAT, "'model.w' item at offset");
+    CHECK(strstr(sck_last_error(), "is not where .metadata.sck says") != NULL);
+    sck_ckpt_close(ck);
+}

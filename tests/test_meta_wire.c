@@ -67,6 +67,7 @@ static void build_model(ck_meta *m) {
     e->dtype = SCK_F64;
     snprintf(e->dtype_name, sizeof e->dtype_name, "float64");
     ck_chunk s = chunk(0, NULL, NULL, f0, 0, 900);
+    s.payload = 832; /* where our save put it (known from .metadata.sck) */
     ck_entry_add_chunk(e, &s);
 
     ck_meta_add(m, "e.empty", &e); /* a tensor nobody saved a chunk of */
@@ -113,6 +114,7 @@ static void check_same(const ck_meta *x, const ck_meta *y) {
             CHECK(p->transformed == q->transformed);
             CHECK(p->has_crc == q->has_crc);
             CHECK(p->crc32c == q->crc32c);
+            CHECK(p->payload == q->payload);
         }
     }
 }
@@ -130,6 +132,7 @@ TEST(meta_wire_round_trip_every_field) {
     CHECK(back.e[1].chunks[2].offset == 10000000000ull && back.e[1].chunks[2].transformed);
     CHECK(back.e[4].nchunks == 0 && back.e[4].chunks == NULL);
     CHECK(ck_meta_find(&back, "d.scalar") == 3);
+    CHECK(back.e[3].chunks[0].payload == 832 && back.e[1].chunks[0].payload == 0);
     /* The decoded model is finished and sorted: it encodes to the same bytes. */
     sck_buf b2;
     sck_buf_init(&b2);
@@ -302,6 +305,18 @@ TEST(meta_wire_rejects_broken_invariants_naming_them) {
     build_model(&m);
     m.e[3].dtype = SCK_DTYPE_COUNT;
     refuse(&m, "'d.scalar': dtype");
+
+    build_model(&m);
+    m.e[3].chunks[0].payload = 900; /* the item is 900 bytes long */
+    refuse(&m, "'d.scalar' chunk 0: payload offset 900 does not fit its item");
+
+    build_model(&m);
+    m.e[2].chunks[0].payload = 4; /* raw safetensors bytes have no archive */
+    refuse(&m, "'c.complex' chunk 0: payload offset 4 does not fit its item");
+
+    build_model(&m);
+    m.e[0].chunks[0].payload = 4; /* nor do bytes entries have a tensor payload */
+    refuse(&m, "'a.bytes' chunk 0: payload offset 4 does not fit its item");
 
 }
 
