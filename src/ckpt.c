@@ -27,10 +27,10 @@
 #define PREFETCH_AHEAD (64u << 20)   /* of a large item, asked of the kernel before it is needed */
 
 static void ckpt_free_res(sck_ckpt *ck) {
-    if (!ck->res) return;
-    for (size_t i = 0; i < ck->m.n; i++) free(ck->res[i]);
     free(ck->res);
     ck->res = NULL;
+    sck_huge_free(ck->res_pool, ck->res_pool_n, sizeof *ck->res_pool);
+    ck->res_pool = NULL;
 }
 
 void sck_ckpt_close(sck_ckpt *ck) {
@@ -296,9 +296,13 @@ static int item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
-    if (!ck->res[ei]) {
-        ck->res[ei] = calloc(e->nchunks, sizeof **ck->res);
-        if (!ck->res[ei]) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+    if (!ck->res_pool) { /* one table for every chunk, made on the first resolve */
+        size_t n = 0;
+        for (size_t i = 0; i < ck->m.n; i++) n += ck->m.e[i].nchunks;
+        if (!(ck->res_pool = sck_huge_calloc(n ? n : 1, sizeof *ck->res_pool))) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+        ck->res_pool_n = n ? n : 1;
+        n = 0;
+        for (size_t i = 0; i < ck->m.n; i++) ck->res[i] = ck->res_pool + n, n += ck->m.e[i].nchunks;
     }
     ck_res *r = &ck->res[ei][ci];
     *out = r;

@@ -51,7 +51,9 @@ struct sck_ckpt {
     char *dir;
     ck_meta m;
     ck_file *files;                 /* parallel to m.files */
-    ck_res **res;                   /* per entry, per chunk; allocated lazily */
+    ck_res **res;                   /* per entry, per chunk: into res_pool, made on the first resolve */
+    ck_res *res_pool;
+    size_t res_pool_n;
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */
     int direct;                     /* read long page-aligned runs with O_DIRECT (SCK_LOAD_DIRECT_IO) */

@@ -17,12 +17,13 @@ void ck_meta_free(ck_meta *m) {
         if (!m->key_pool) free(m->e[i].key);
         if (!m->chunk_pool) free(m->e[i].chunks);
     }
-    free(m->e);
+    if (m->chunk_pool) sck_huge_free(m->e, m->cap, sizeof *m->e);
+    else free(m->e);
     if (!m->file_pool)
         for (size_t i = 0; i < m->nfiles; i++) free(m->files[i]);
     free(m->files);
     free(m->key_pool);
-    free(m->chunk_pool);
+    sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
     free(m->file_pool);
     memset(m, 0, sizeof *m);
 }

@@ -39,7 +39,8 @@ typedef struct ck_meta {
      * and file name then lies in one of these blocks.  Such a model is finished: ck_meta_add,
      * ck_entry_add_chunk and ck_meta_file must not be called on it. */
     char *key_pool;
-    ck_chunk *chunk_pool;
+    ck_chunk *chunk_pool;   /* chunk_pool_n chunks; it and e (cap entries) from sck_huge_calloc */
+    size_t chunk_pool_n;
     char *file_pool;
 } ck_meta;
 

@@ -262,13 +262,15 @@ static int decode(mw_rd *r, ck_meta *m) {
                    (unsigned long long)file_bytes, r->n);
     m->files = calloc(nfiles ? nfiles : 1, sizeof *m->files);
     m->file_pool = malloc(file_bytes ? file_bytes : 1);
-    m->e = calloc(n ? n : 1, sizeof *m->e);
     m->key_pool = malloc(key_bytes ? key_bytes : 1);
-    m->chunk_pool = calloc(nchunks ? nchunks : 1, sizeof *m->chunk_pool);
+    m->chunk_pool = sck_huge_calloc(nchunks ? nchunks : 1, sizeof *m->chunk_pool);
+    m->chunk_pool_n = m->chunk_pool ? (nchunks ? nchunks : 1) : 0;
+    m->e = m->chunk_pool ? sck_huge_calloc(n ? n : 1, sizeof *m->e) : NULL; /* freed as the pool's */
+    m->cap = m->e ? (n ? n : 1) : 0;
     if (!m->files || !m->file_pool || !m->e || !m->key_pool || !m->chunk_pool)
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a model of %llu entries", r->what, (unsigned long long)n);
     m->nfiles = (size_t)nfiles; /* pooled: ck_meta_free needs no per-item state */
-    m->n = m->cap = (size_t)n;
+    m->n = (size_t)n;
     size_t file_used = 0, key_used = 0, chunks_used = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
         size_t at = r->pos;

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,4 +298,23 @@ int sck_numel(int ndim, const int64_t *shape, uint64_t *out) {
     }
     *out = n;
     return 0;
+}
+
+#define HUGE_MIN ((size_t)1 << 20)
+
+void *sck_huge_calloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) return NULL;
+    size_t n = count * size;
+    if (n < HUGE_MIN) return calloc(count ? count : 1, size ? size : 1);
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    madvise(m, n, MADV_HUGEPAGE); /* advice only */
+    return m;
+}
+
+void sck_huge_free(void *p, size_t count, size_t size) {
+    if (!p) return;
+    size_t n = count * size;
+    if (n < HUGE_MIN) free(p);
+    else munmap(p, n);
 }
