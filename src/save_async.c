@@ -41,6 +41,7 @@ void sck_async_free(sck_async *a) {
     sck_state_free(a->keep.copy); /* before the snapshot it lives in */
     plan_free(&a->keep.plan);
     if (a->keep.snap.mem) munmap(a->keep.snap.mem, a->keep.snap.cap);
+    ws_pool_free(&a->keep.stage);
     free(a);
 }
 

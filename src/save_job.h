@@ -18,6 +18,7 @@
 
 #include "commit.h"
 #include "plan.h"
+#include "wstream.h"
 
 /* One item of this rank's data file: the archive's data.pkl and, for tensors, the payload. */
 typedef struct save_src {
@@ -39,6 +40,7 @@ typedef struct save_snapshot {
  * again, and neither the plans' exchange nor their checks are repeated. */
 typedef struct save_keep {
     save_snapshot snap;
+    ws_pool stage;            /* the data file's staging buffers, faulted in once */
     sck_state *copy;          /* the last save's state (flat, in snap); NULL after a failed copy */
     save_plan plan;           /* built from the exchange of copy's structure ... */
     int plan_ok;

@@ -31,6 +31,7 @@ struct wstream {
     uint8_t **bufs;
     unsigned nbufs;
     uint64_t stage;
+    ws_pool *pool;         /* where bufs came from and go back to, or NULL */
     int *free_list;
     unsigned nfree;
     int cur;
@@ -263,8 +264,10 @@ static int finish(wstream *w, int hard) {
         if (hard) close(w->fd); /* an error path must never fail again */
         else if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
     }
-    for (unsigned i = 0; w->bufs && i < w->nbufs; i++)
-        if (w->bufs[i]) munmap(w->bufs[i], w->stage);
+    for (unsigned i = 0; w->bufs && i < w->nbufs; i++) {
+        if (w->pool) w->pool->buf[i] = w->bufs[i]; /* kept, faulted in, for the next stream */
+        else if (w->bufs[i]) munmap(w->bufs[i], w->stage);
+    }
     if (w->started) {
         pthread_cond_destroy(&w->work);
         pthread_cond_destroy(&w->done);
@@ -276,6 +279,13 @@ static int finish(wstream *w, int hard) {
     free(w->path);
     free(w);
     return rc;
+}
+
+void ws_pool_free(ws_pool *p) {
+    for (unsigned i = 0; i < WS_POOL_MAX; i++) {
+        if (p->buf[i]) munmap(p->buf[i], p->size);
+        p->buf[i] = NULL;
+    }
 }
 
 int ws_close(wstream *w) {
@@ -306,6 +316,12 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }
     for (unsigned i = 0; i < w->nbufs; i++) w->free_list[w->nfree++] = (int)(w->nbufs - 1 - i);
+    if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
+        w->pool = o->pool;
+        if (w->pool->size != w->stage) ws_pool_free(w->pool);
+        w->pool->size = w->stage;
+        for (unsigned i = 0; i < w->nbufs; i++) w->bufs[i] = w->pool->buf[i], w->pool->buf[i] = NULL;
+    }
     int flags = O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC;
     if (o && o->direct) {
         w->fd = io_open(path, flags | O_DIRECT, 0644);

@@ -20,6 +20,17 @@
 #define WS_NBUFS_DEFAULT 2u
 #define WS_REF_MIN (256u << 10)         /* appends this large may be queued by reference */
 
+/* Staging buffers kept from one stream to the next (an async save handle's): mapped by the first
+ * stream that needs them, handed back at its close instead of unmapped, freed with ws_pool_free.
+ * A stream whose staging size differs unmaps the pool's buffers and maps its own. */
+#define WS_POOL_MAX 4u
+typedef struct ws_pool {
+    uint8_t *buf[WS_POOL_MAX];
+    uint64_t size;          /* bytes of each buffer */
+} ws_pool;
+
+void ws_pool_free(ws_pool *p);
+
 typedef struct ws_opts {
     uint64_t stage_bytes;  /* size of each staging buffer, rounded up to WS_ALIGN (0: WS_STAGE_DEFAULT) */
     unsigned nbufs;        /* staging buffers (0: WS_NBUFS_DEFAULT; at least 1) */
@@ -28,6 +39,8 @@ typedef struct ws_opts {
     uint64_t expect;       /* bytes the file will roughly hold (0: unknown): reserved up front, so the
                             * file is laid out in one piece even while other ranks write theirs; what
                             * is left over is given back at close */
+    ws_pool *pool;         /* NULL, or where staging buffers come from and go back to (nbufs <=
+                            * WS_POOL_MAX); only one open stream may use a pool at a time */
 } ws_opts;
 
 typedef struct wstream wstream;

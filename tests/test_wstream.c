@@ -40,7 +40,7 @@ static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect
     uint8_t *src = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     REQUIRE(src != MAP_FAILED);
     th_fill(src, cap, 7 + (uint64_t)direct);
-    ws_opts o = {stage, 2, direct, do_fsync, expect};
+    ws_opts o = {stage, 2, direct, do_fsync, expect, NULL};
     wstream *w = NULL;
     REQUIRE_OK(ws_open(&w, path, &o));
     size_t total = 0;
@@ -73,7 +73,7 @@ TEST(wstream_buffered_streams_writeback_over_windows) {
     uint8_t *src = malloc(piece);
     REQUIRE(src);
     th_fill(src, piece, 11);
-    ws_opts o = {1 << 20, 2, 0, 1, 0};
+    ws_opts o = {1 << 20, 2, 0, 1, 0, NULL};
     wstream *w = NULL;
     REQUIRE_OK(ws_open(&w, path, &o));
     for (size_t i = 0; i < count; i++) {
@@ -118,7 +118,7 @@ TEST(wstream_writer_error_reaches_caller) {
     size_t n = 4 << 20;
     uint8_t *src = calloc(1, n);
     wstream *w = NULL;
-    int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1, 0}) : SCK_ERR_NOMEM;
+    int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1, 0, NULL}) : SCK_ERR_NOMEM;
     for (int i = 0; i < 4 && rc == SCK_OK; i++) rc = ws_append(w, src, n, i % 2);
     if (w && rc == SCK_OK) {
         rc = ws_close(w);
@@ -146,4 +146,36 @@ TEST(wstream_abort_releases_without_flushing) {
     struct stat sb;
     REQUIRE(stat(path, &sb) == 0);
     CHECK(sb.st_size == 0); /* the staged bytes were dropped */
+}
+
+/* A pool keeps the staging buffers from one stream to the next (an async handle's saves): the second
+ * stream writes through the same memory, and a stream with another staging size replaces them. */
+TEST(wstream_pool_reuses_staging_buffers) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/pool.bin", th_tmpdir());
+    size_t n = 3 << 20;
+    uint8_t *src = malloc(n);
+    REQUIRE(src);
+    th_fill(src, n, 5);
+    ws_pool pool;
+    memset(&pool, 0, sizeof pool);
+    uint8_t *first[2] = {NULL, NULL};
+    for (int round = 0; round < 3; round++) {
+        uint64_t stage = round < 2 ? 1u << 20 : 2u << 20;
+        ws_opts o = {stage, 2, 0, 0, 0, &pool};
+        wstream *w = NULL;
+        REQUIRE_OK(ws_open(&w, path, &o));
+        for (size_t k = 0; k < n; k += 4096) CHECK_OK(ws_append(w, src + k, 4096, 0)); /* all staged */
+        CHECK_OK(ws_close(w));
+        size_t got_n = 0;
+        uint8_t *got = read_all(path, &got_n);
+        CHECK(got && got_n == n && memcmp(got, src, n) == 0);
+        free(got);
+        CHECK(pool.size == stage && pool.buf[0] && pool.buf[1]);
+        if (round == 0) first[0] = pool.buf[0], first[1] = pool.buf[1];
+        if (round == 1) CHECK(pool.buf[0] == first[0] && pool.buf[1] == first[1]);
+    }
+    ws_pool_free(&pool);
+    CHECK(pool.buf[0] == NULL && pool.buf[1] == NULL);
+    free(src);
 }
