@@ -17,7 +17,7 @@
 #include "torch_item.h"
 #include "zip.h"
 
-#define SMALL_ITEM (1u << 20)        /* items up to this size are read whole, with the items after them */
+#define FEW_RUNS 8                   /* a part of a small item read as this many runs or fewer is read run by run */
 #define HEAD_BYTES (64u << 10)       /* a large item's headers: read this much at its start or end */
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
@@ -574,6 +574,7 @@ typedef struct run_ctx {
     uint8_t *dst;
     size_t elem;
     int swap;
+    int no_window;          /* short runs too are read straight from the file (see copy_peer_checked) */
 } run_ctx;
 
 static void swap_elems(uint8_t *p, uint64_t nbytes, size_t elem) {
@@ -589,7 +590,7 @@ static void swap_elems(uint8_t *p, uint64_t nbytes, size_t elem) {
 /* A run's file bytes into d as stored (no swap): long runs straight from the file, short ones from
  * the windows. */
 static int read_run_raw(run_ctx *r, uint64_t abs, uint8_t *d, uint64_t nbytes) {
-    if (nbytes >= DIRECT_RUN) return read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
+    if (nbytes >= DIRECT_RUN || r->no_window) return read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
     const uint8_t *p;
     int rc = item_view(r->ird, abs, nbytes, &p);
     if (!rc) memcpy(d, p, nbytes);
@@ -765,6 +766,14 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     box_runs(&c->box, strides, want, ov, rx->elem, collect_run, &l);
+    if (c->length <= SMALL_ITEM && l.n <= FEW_RUNS) {
+        /* A part of a small item (a row block of a reshard): a window would bring in the whole item
+         * and its neighbours, which the item's owner reads already. */
+        rx->no_window = 1;
+        int rc = box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
+        rx->no_window = 0;
+        return rc;
+    }
     if (l.n > 1 && l.n <= MAX_RUNS && box_numel(ov) * rx->elem / l.n < DIRECT_RUN) {
         l.cap = l.n;
         l.n = 0;
@@ -920,7 +929,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     char what[4600];
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
-    run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap};
+    run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
     if (c->length > SMALL_ITEM) {
         /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
          * (its start follows the headers, so the kernel does not see a sequential stream). */

@@ -6,6 +6,8 @@
 #include "rcache.h"
 #include "rpipe.h"
 
+#define SMALL_ITEM (1u << 20)        /* items up to this size are read whole, with the items after them */
+
 typedef struct ck_res {
     int done;
     uint64_t data_off;              /* absolute file offset of element 0 of the chunk's view */

@@ -212,6 +212,10 @@ static int plan_comb(const ck_chunk *c, const lc_need *const *all, const lc_rng 
         readers++;
     }
     if (readers < 2) return 0; /* its only reader checks it whole, in the same pass (src/ckpt.c) */
+    /* A small item's owner reads it whole, as one of the many items in a read window, and checks it;
+     * the other readers read only their runs.  Combining would have the owner read the headers of each
+     * item on its own. */
+    if (c->length <= SMALL_ITEM) return 0;
     lc_cand *cd = malloc((nc ? nc : 1) * sizeof *cd);
     if (!cd) return -1;
     nc = 0;

@@ -403,3 +403,37 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
     }
     teardown(&g);
 }
+
+/* Small items (v's 128 KiB row blocks) are not combined: each one's owner reads it whole through a
+ * read window and checks it, and a rank reading part of one it does not own reads only its runs, not
+ * the window around them.  Rank 1 of 3 owns neither of v's items and reads rows 21..41 of them. */
+TEST(load_checks_small_items_non_owner_reads_only_its_rows) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.with_v = 1;
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    /* w's items are large and combined: rank 1 reads its rows of w on the read-ahead thread */
+    CHECK(g.rchar[1] == (uint64_t)(VR * 2 / 3 - VR / 3) * ROW);
+    if (g.rchar[1] != (uint64_t)(VR * 2 / 3 - VR / 3) * ROW) fprintf(stderr, "  rank 1 read %llu bytes\n", (unsigned long long)g.rchar[1]);
+    /* A flipped byte in rank 1's rows of v's first item is still caught, by that item's owner. */
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long vi = sck_ckpt_find(ck, "v");
+    REQUIRE(vi >= 0);
+    sck_chunk_info ci;
+    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)vi, 0, &ci));
+    uint64_t payload = ck->m.e[vi].chunks[0].payload, at = ci.offset + payload + 25 * ROW;
+    char file[64];
+    snprintf(file, sizeof file, "%s", ci.file); /* borrowed from ck */
+    sck_ckpt_close(ck);
+    REQUIRE(payload > 0 && ci.offsets[0] == 0);
+    REQUIRE(fx_flip(dir, file, at, 0x01) == 0);
+    load_with(&g, 3);
+    for (int r = 0; r < 3; r++) CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
+    CHECK(strstr(g.msgs[1], "'v' item at offset") != NULL);
+    teardown(&g);
+}
