@@ -2,8 +2,9 @@
  * ranks read parts of one item (resharding) and each reads it as a few runs (row blocks), every reader
  * checksums runs it reads anyway (segments, chosen so they do not overlap) and the item's owner reads
  * only the rest (headers, trailer, bytes nobody reads) to checksum it; load's final agreement combines
- * the parts (sck_crc32c_combine) into the item's CRC.  Items read as many short runs (column blocks)
- * are read and checked whole by the owner, the others reading only their runs.  A load fails on every
+ * the parts (sck_crc32c_combine) into the item's CRC.  Items read as many short runs (column blocks),
+ * small items (up to SMALL_ITEM, read with their neighbours in one window) and items one rank reads
+ * whole are read and checked whole by the owner, the others reading only their runs.  A load fails on every
  * rank if any check fails, so every delivered byte is still covered. */
 #ifndef SCK_LOAD_CHECKS_H
 #define SCK_LOAD_CHECKS_H
