@@ -335,9 +335,10 @@ typedef struct sck_save_opts {
  * replaces `dir` only once complete (docs/FORMAT.md, "Commit").  On error,
  * and after a crash at any point, `dir` is the previous checkpoint (or
  * absent if there was none).  Saving over an existing `dir` replaces it
- * whole, so it may hold only checkpoint files (`.metadata`, `*.distcp`);
- * the parent directory must be writable.  One save per `dir` at a time.
- * Every item's CRC-32C is recorded in `.metadata`, where torch ignores it.
+ * whole, so it may hold only checkpoint files (`.metadata`, `.metadata.sck`,
+ * `*.distcp`); the parent directory must be writable.  One save per `dir`
+ * at a time.  Every item's CRC-32C is recorded in `.metadata`, where torch
+ * ignores it; `.metadata.sck` holds the decoded index for fast loads.
  *
  * Errors (the same on every rank): SCK_ERR_INVALID_ARG (also: `dir` holds
  * other files), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE, SCK_ERR_IO,
@@ -529,7 +530,8 @@ typedef struct sck_chunk_info {
     uint64_t length;          /**< item length in the file */
 } sck_chunk_info;
 
-/** Opens checkpoint directory `dir` and reads its `.metadata` (or a safetensors
+/** Opens checkpoint directory `dir` and reads its `.metadata` (taking the decoded
+ *  index from `.metadata.sck` when that belongs to it; or a safetensors
  *  file / Hugging Face sharded directory, see docs/FORMAT.md).  *out is owned by the
  *  caller (sck_ckpt_close).  Reads check CRC-32Cs where `.metadata` records them.
  *  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM,
@@ -559,7 +561,10 @@ typedef struct sck_verify_stats {
 /** Checks the whole checkpoint: every chunk's item is readable in full and
  *  decodes (tensor items: archive and data.pkl agree with the metadata's
  *  dtype and chunk shape); the chunks of each tensor cover it exactly once;
- *  every recorded CRC-32C matches.  Stops at the first problem.  stats may
+ *  every recorded CRC-32C matches.  When ck was opened from `.metadata.sck`
+ *  (docs/FORMAT.md), the `.metadata` pickle is decoded too and must describe
+ *  the same checkpoint, and every payload must lie where the cache says
+ *  (SCK_ERR_FORMAT).  Stops at the first problem.  stats may
  *  be NULL.  Errors: SCK_ERR_COVERAGE (overlap or hole: names the tensor),
  *  SCK_ERR_CHECKSUM, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO (each
  *  naming the file, key and item offset), SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG. */

@@ -171,9 +171,10 @@ TEST(wstream_pool_reuses_staging_buffers) {
         uint8_t *got = read_all(path, &got_n);
         CHECK(got && got_n == n && memcmp(got, src, n) == 0);
         free(got);
-        CHECK(pool.size == stage && pool.buf[0] && pool.buf[1]);
+        /* buffer 0 is taken first; buffer 1 only if the writer still held 0 when the next was needed */
+        CHECK(pool.size == stage && pool.buf[0]);
         if (round == 0) first[0] = pool.buf[0], first[1] = pool.buf[1];
-        if (round == 1) CHECK(pool.buf[0] == first[0] && pool.buf[1] == first[1]);
+        if (round == 1) CHECK(pool.buf[0] == first[0] && (!first[1] || pool.buf[1] == first[1]));
     }
     ws_pool_free(&pool);
     CHECK(pool.buf[0] == NULL && pool.buf[1] == NULL);
