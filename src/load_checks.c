@@ -147,7 +147,7 @@ static uint64_t need_of(const lc_need *l, size_t n, uint64_t item) {
     return i < 0 ? 0 : l[i].bytes;
 }
 
-int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item) {
+int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item, uint64_t nitems) {
     uint64_t most = 0;
     int ties = 0;
     for (int r = 0; r < nranks; r++) {
@@ -156,7 +156,9 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
         else if (b == most && b) ties++;
     }
     if (!most) return -1;
-    int pick = (int)(item % (uint64_t)ties); /* ties spread over the tied ranks, item by item */
+    /* Ties: the items split into contiguous ranges, one per tied rank in rank order.  Small items are
+     * read many to a window, so an owner of every other item would read them all. */
+    int pick = item < nitems ? (int)((long double)item * ties / nitems) : 0;
     for (int r = 0; r < nranks; r++)
         if (need_of(all[r], n[r], item) == most && pick-- == 0) return r;
     return -1; /* not reached */
@@ -271,7 +273,7 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
     int ok = cbs != NULL;
     for (size_t k = 0; ok && k < n[me]; k++) {
         const lc_need *x = &all[me][k];
-        int owner = lc_owner(all, n, nranks, x->item);
+        int owner = lc_owner(all, n, nranks, x->item, base[ck->m.n]);
         while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
         if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
         size_t ci = x->item - base[ei];

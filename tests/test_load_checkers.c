@@ -165,17 +165,24 @@ static void expect_all_checksum(const job *g, int n, const char *file) {
     }
 }
 
-/* The owner of an item is the rank needing most of it; ties go to the tied ranks in turn by item
- * number; every rank names the same one from the same lists. */
+/* The owner of an item is the rank needing most of it; ties go to the tied ranks by contiguous ranges
+ * of item numbers; every rank names the same one from the same lists. */
 TEST(load_checks_owner_most_bytes_ties_spread) {
     const lc_need r0[] = {{0, 100}, {1, 50}, {3, 7}, {4, 9}, {5, 9}}, r1[] = {{0, 100}, {1, 60}, {2, 5}, {4, 9}, {5, 9}},
                   r2[] = {{1, 60}, {3, 8}, {4, 9}, {5, 9}, {9, 1}};
     const lc_need *all[3] = {r0, r1, r2};
     size_t n[3] = {5, 5, 5};
-    /* item 0: ranks 0, 1 tie, 0 % 2 -> rank 0; item 1: ranks 1, 2 tie, 1 % 2 -> rank 2; item 2: only
-     * rank 1; item 3: rank 2 needs most; items 4, 5: all three tie -> ranks 1, 2; item 9: rank 2. */
-    const int want[10] = {0, 2, 1, 2, 1, 2, -1, -1, -1, 2};
-    for (uint64_t item = 0; item < 10; item++) CHECK(lc_owner(all, n, 3, item) == want[item]);
+    /* 10 items.  Item 0: ranks 0, 1 tie, 0 * 2 / 10 = 0 -> rank 0; item 1: ranks 1, 2 tie, 1 * 2 / 10
+     * = 0 -> rank 1; item 2: only rank 1; item 3: rank 2 needs most; items 4, 5: all three tie, 4 * 3
+     * / 10 = 5 * 3 / 10 = 1 -> rank 1; item 9: rank 2. */
+    const int want[10] = {0, 1, 1, 2, 1, 1, -1, -1, -1, 2};
+    for (uint64_t item = 0; item < 10; item++) CHECK(lc_owner(all, n, 3, item, 10) == want[item]);
+    /* All tied on 6 items: two each, in order. */
+    const lc_need t[] = {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 4}, {5, 4}};
+    const lc_need *tied[3] = {t, t, t};
+    size_t tn[3] = {6, 6, 6};
+    const int want6[6] = {0, 0, 1, 1, 2, 2};
+    for (uint64_t item = 0; item < 6; item++) CHECK(lc_owner(tied, tn, 3, item, 6) == want6[item]);
 }
 
 /* 2 -> 3 ranks by rows: rank 1 needs rows 640..1279 (320 rows of each item, the least of both), so it
