@@ -141,7 +141,7 @@ bench-crc: $(BUILD)/bench/crc32_compare
 
 # The one test command (README, CI): C unit tests, the same under ASan+UBSan, torch interop.
 test: all tests
-	@sh tests/run_all.sh
+	@BUILD=$(BUILD) sh tests/run_all.sh
 
 test-c: tests
 	@$(BUILD)/tests/run_tests

@@ -9,6 +9,7 @@
 set -u
 cd "$(dirname "$0")/.." || exit 2
 MAKE=${MAKE:-make}
+B=${BUILD:-build} # the optimized build `make BUILD=... test` made
 PYTHON=${PYTHON:-/usr/bin/python3}
 total_pass=0
 total_fail=0
@@ -28,8 +29,8 @@ count() { # $1 = label; reads the runner output in $log
     if [ "$f" != 0 ]; then grep -E '^FAIL|check failed|returned' "$log" | head -n 40; status=1; fi
 }
 
-echo "== C tests (build/)"
-build/tests/run_tests > "$log" 2>&1 || status=1
+echo "== C tests ($B/)"
+"$B"/tests/run_tests > "$log" 2>&1 || status=1
 count "C tests"
 
 echo "== C tests under ASan+UBSan (build-asan/)"
@@ -41,11 +42,11 @@ else
 fi
 
 echo "== torch interop (tests/interop)"
-$PYTHON tests/interop/run_interop.py > "$log" 2>&1 || status=1
+SCK_BUILD=$B $PYTHON tests/interop/run_interop.py > "$log" 2>&1 || status=1
 count "torch interop"
 
 echo "== MPI and fsdp_train (tests/mpi)"
-$MAKE --no-print-directory test-mpi > "$log" 2>&1 || status=1
+$MAKE --no-print-directory BUILD="$B" test-mpi > "$log" 2>&1 || status=1
 count "MPI and fsdp_train"
 
 rm -f "$log"

@@ -20,7 +20,7 @@ import npst  # noqa: E402
 import full_cases  # noqa: E402  (full checkpoints: safetensors, HF)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
-CLI = os.path.join(REPO, "build", "bin", "shardckpt")
+CLI = os.path.join(REPO, os.environ.get("SCK_BUILD", "build"), "bin", "shardckpt")  # run_all.sh passes make's BUILD
 PY = sys.executable
 VERBOSE = "-v" in sys.argv[1:]
 CMD_TIMEOUT_S = 120
