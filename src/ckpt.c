@@ -297,8 +297,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
     if (!ck->res_pool) { /* one table for every chunk, made on the first resolve */
-        size_t n = 0;
-        for (size_t i = 0; i < ck->m.n; i++) n += ck->m.e[i].nchunks;
+        size_t n = ck_meta_nchunks(&ck->m);
         if (!(ck->res_pool = sck_huge_calloc(n ? n : 1, sizeof *ck->res_pool))) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
         ck->res_pool_n = n ? n : 1;
         n = 0;
@@ -731,8 +730,7 @@ static int cmp_span(const void *a, const void *b) {
  * this each one waits for the disk and breaks the read-ahead of the payload. */
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
     if (!ck->spans) {
-        size_t n = 0;
-        for (size_t i = 0; i < ck->m.n; i++) n += ck->m.e[i].nchunks;
+        size_t n = ck_meta_nchunks(&ck->m);
         if (!(ck->spans = malloc((n ? n : 1) * sizeof *ck->spans))) return; /* only a hint */
         for (size_t i = 0; i < ck->m.n; i++)
             for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {

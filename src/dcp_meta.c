@@ -87,6 +87,12 @@ int ck_meta_finish(ck_meta *m, const char *what) {
     return SCK_OK;
 }
 
+size_t ck_meta_nchunks(const ck_meta *m) {
+    size_t n = 0;
+    for (size_t i = 0; i < m->n; i++) n += m->e[i].nchunks;
+    return n;
+}
+
 long ck_meta_find(const ck_meta *m, const char *key) {
     size_t lo = 0, hi = m->n;
     while (lo < hi) {
@@ -212,8 +218,7 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
 
     pk_cstr(&w, "storage_data");
     pk_empty_dict(&w);
-    size_t total = 0, k = 0;
-    for (size_t i = 0; i < m->n; i++) total += m->e[i].nchunks;
+    size_t total = ck_meta_nchunks(m), k = 0;
     for (size_t i = 0; i < m->n; i++) {
         const ck_entry *e = &m->e[i];
         for (size_t c = 0; c < e->nchunks; c++, k++) {

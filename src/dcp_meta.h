@@ -56,6 +56,8 @@ int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx);
 int ck_meta_finish(ck_meta *m, const char *what);
 /* Binary search; -1 if absent (after ck_meta_finish). */
 long ck_meta_find(const ck_meta *m, const char *key);
+/* Chunks of every entry together. */
+size_t ck_meta_nchunks(const ck_meta *m);
 /* 1 if a data file name is a plain name inside the checkpoint directory (no '/', '\\', "." or ".."). */
 int ck_plain_file_name(const char *s);
 

@@ -17,14 +17,6 @@ static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-static uint32_t get32(const uint8_t *p) {
-    uint32_t v = 0;
-    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-static uint64_t get64(const uint8_t *p) { return (uint64_t)get32(p + 4) << 32 | get32(p); }
-
 int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size_t meta_len) {
     sck_buf b;
     sck_buf_init(&b);
@@ -57,8 +49,8 @@ void meta_side_read(const char *dir, const uint8_t *meta, size_t meta_len, uint8
         sck_err_set_raw(saved);
         return;
     }
-    if (n >= SIDE_HEAD && !memcmp(d, side_magic, 8) && get64(d + 8) == (uint64_t)meta_len &&
-        get32(d + 16) == sck_crc32c(0, meta, meta_len) && get32(d + 20) == sck_crc32c(0, d + SIDE_HEAD, n - SIDE_HEAD)) {
+    if (n >= SIDE_HEAD && !memcmp(d, side_magic, 8) && sck_le64(d + 8) == (uint64_t)meta_len &&
+        sck_le32(d + 16) == sck_crc32c(0, meta, meta_len) && sck_le32(d + 20) == sck_crc32c(0, d + SIDE_HEAD, n - SIDE_HEAD)) {
         memmove(d, d + SIDE_HEAD, n - SIDE_HEAD);
         *wire = d;
         *wire_len = n - SIDE_HEAD;
