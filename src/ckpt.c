@@ -999,7 +999,9 @@ static int cmp_read_op(const void *a, const void *b) {
     return x->k < y->k ? -1 : x->k > y->k;
 }
 
-static int check_want(const sck_ckpt *ck, const ck_want *w, uint64_t *nops) {
+/* The read ops of want k (appended to *op, which grows), after checking it: kind, dtype, fit and
+ * coverage. */
+static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **op, size_t *m, size_t *cap) {
     const ck_entry *e = &ck->m.e[w->ei];
     if (e->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': is a bytes entry, not a tensor", e->key);
     if (e->dtype < 0) return sck_err(SCK_ERR_UNSUPPORTED, "'%s': stored dtype %s is not supported", e->key, e->dtype_name);
@@ -1011,7 +1013,14 @@ static int check_want(const sck_ckpt *ck, const ck_want *w, uint64_t *nops) {
         sck_box ov;
         if (!box_intersect(&e->chunks[ci].box, w->box, &ov)) continue;
         got += box_numel(&ov);
-        ++*nops;
+        if (*m == *cap) {
+            size_t c2 = *cap ? 2 * *cap : 64;
+            read_op *p = c2 <= SIZE_MAX / sizeof *p ? realloc(*op, c2 * sizeof *p) : NULL;
+            if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning %zu reads", ck->dir, c2);
+            *op = p;
+            *cap = c2;
+        }
+        (*op)[(*m)++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci};
     }
     if (got != need)
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (%s)", e->key,
@@ -1021,28 +1030,14 @@ static int check_want(const sck_ckpt *ck, const ck_want *w, uint64_t *nops) {
 }
 
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
-    uint64_t nops = 0;
-    for (size_t k = 0; k < n; k++) {
-        int rc = check_want(ck, &w[k], &nops);
-        if (rc) return rc;
-    }
-    if (nops == 0) return SCK_OK;
-    read_op *op = nops <= SIZE_MAX / sizeof *op ? malloc((size_t)nops * sizeof *op) : NULL;
-    if (!op) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning %llu reads", ck->dir, (unsigned long long)nops);
-    size_t m = 0;
-    for (size_t k = 0; k < n; k++) {
-        const ck_entry *e = &ck->m.e[w[k].ei];
-        if (box_numel(w[k].box) == 0) continue;
-        for (size_t ci = 0; ci < e->nchunks; ci++) {
-            sck_box ov;
-            if (box_intersect(&e->chunks[ci].box, w[k].box, &ov)) op[m++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci};
-        }
-    }
+    read_op *op = NULL;
+    size_t m = 0, cap = 0;
+    int rc = SCK_OK;
+    for (size_t k = 0; k < n && !rc; k++) rc = plan_want(ck, &w[k], k, &op, &m, &cap);
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */
-    qsort(op, m, sizeof *op, cmp_read_op);
-    int rc = SCK_OK;
+    if (!rc && m) qsort(op, m, sizeof *op, cmp_read_op);
     for (size_t j = 0; j < m && !rc; j++) {
         const ck_want *x = &w[op[j].k];
         sck_box ov;
