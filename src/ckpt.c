@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -680,12 +681,17 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
     return check && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
-/* Reads [abs, abs+len) of the item's file into d on the read-ahead pipe (ck->rp, which must exist),
- * extending *crc over each slice as it arrives. */
-static int pipe_read_crc(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len, uint32_t *crc) {
+/* Starts reading [abs, abs+len) of the item's file into d on the read-ahead pipe (ck->rp, which must
+ * exist). */
+static int pipe_begin(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len) {
     const ck_chunk *c = ird->c;
-    int rc = rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
-    for (uint64_t got = 0; !rc && got < len;) {
+    return rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
+}
+
+/* Takes the len bytes of the range pipe_begin started, extending *crc over each slice as it arrives. */
+static int pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *crc) {
+    int rc = SCK_OK;
+    for (uint64_t got = 0; got < len;) {
         const uint8_t *p;
         uint64_t n;
         if ((rc = rp_next(ck->rp, &p, &n))) break;
@@ -701,20 +707,29 @@ static int pipe_read_crc(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, u
     return rc;
 }
 
+static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
+
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
  * ahead slice by slice (with O_DIRECT where asked for and aligned) while the slices before are
- * checksummed; the item's other bytes are checksummed around it. */
-static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len) {
+ * checksummed; the item's other bytes are checksummed around it.  The pipe starts first, so the disk
+ * is busy while the item's headers are checksummed and (`ahead`) the next item is asked for. */
+static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len, int ahead) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     if (!ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
     if (!ck->rp) { /* no thread: read, then check */
+        if (ahead) prefetch_next(ck, c);
         int rc = read_long(ck, c->file, d, len, abs, ird->what);
         return rc ? rc : ckpt_check_item(ck, ei, ci, d, abs, len);
     }
     uint32_t crc = 0;
-    int rc = crc_span(ird, c->offset, abs, &crc);
-    if (!rc) rc = pipe_read_crc(ck, ird, d, abs, len, &crc);
+    int rc = pipe_begin(ck, ird, d, abs, len);
     if (rc) return rc;
+    if (ahead) prefetch_next(ck, c);
+    if ((rc = crc_span(ird, c->offset, abs, &crc))) {
+        rp_finish(ck->rp);
+        return rc;
+    }
+    if ((rc = pipe_drain_crc(ck, ird, len, &crc))) return rc;
     if ((rc = crc_span(ird, abs + len, c->offset + c->length, &crc))) return rc;
     return c->has_crc && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
@@ -866,7 +881,7 @@ static int read_run_crc(run_ctx *rx, uint64_t src_off, uint64_t dst_off, uint64_
     int rc;
     *crc = 0;
     if (n >= PIPE_MIN && !ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
-    if (n >= PIPE_MIN && ck->rp) rc = pipe_read_crc(ck, rx->ird, d, abs, n, crc);
+    if (n >= PIPE_MIN && ck->rp) rc = (rc = pipe_begin(ck, rx->ird, d, abs, n)) ? rc : pipe_drain_crc(ck, rx->ird, n, crc);
     else if (!(rc = read_run_raw(rx, abs, d, n))) *crc = sck_crc32c(0, d, (size_t)n);
     if (!rc && rx->swap) swap_elems(d, n, rx->elem);
     return rc;
@@ -911,6 +926,30 @@ static int read_combined(sck_ckpt *ck, ck_comb *cb, const sck_box *want, const s
     return box_runs(&c->box, strides, want, ov, rx->elem, copy_comb_run, &x);
 }
 
+/* Whether a page of file fd is in the page cache: mincore over a one-page mapping, which reads nothing
+ * (a RWF_NOWAIT read would start read-ahead there).  Where that cannot be told, "yes". */
+static int page_cached(int fd, uint64_t off) {
+    long pg = sysconf(_SC_PAGESIZE);
+    if (pg <= 0) return 1;
+    off -= off % (uint64_t)pg;
+    void *m = mmap(NULL, (size_t)pg, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    if (m == MAP_FAILED) return 1;
+    unsigned char v = 1;
+    int in = mincore(m, (size_t)pg, &v) != 0 || (v & 1);
+    munmap(m, (size_t)pg);
+    return in;
+}
+
+/* Whether chunk c's long runs are read with O_DIRECT (see CK_IO_AUTO): always or never when asked
+ * for; else for a large item that is not in the page cache (going by the page in its middle: its
+ * headers are read buffered) and a destination whose element 0 is as misaligned to a page as the
+ * item's (`skew` = destination address minus file offset of element 0), as O_DIRECT needs. */
+static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew) {
+    if (ck->io != CK_IO_AUTO) return ck->io == CK_IO_DIRECT;
+    if (c->length <= SMALL_ITEM || skew % WS_DIO_ALIGN) return 0;
+    return !page_cached(ck->files[c->file].fd, c->offset + c->length / 2);
+}
+
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -928,18 +967,23 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
     run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
+    ck->direct = choose_direct(ck, c, (uintptr_t)dst - r->data_off);
     if (c->length > SMALL_ITEM) {
         /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
          * (its start follows the headers, so the kernel does not see a sequential stream). */
         if (!ck->direct)
             posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
                           POSIX_FADV_WILLNEED); /* advice only */
-        prefetch_next(ck, c);
     }
     int peer = ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
     ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
-    int check = ck->verify && c->has_crc && !r->verified && !peer;
+    int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    if (check) box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+    int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN;
+    /* The next item is asked for before this one is read; read_run_checked asks once its read is under way. */
+    if (ahead && !piped) prefetch_next(ck, c);
     if (!check) {
         rc = cb     ? read_combined(ck, cb, want, ov, r->strides, &rx)
              : peer ? copy_peer_checked(ck, ei, ci, want, ov, r->strides, &rx)
@@ -956,10 +1000,8 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     /* Checksums cover whole items.  One run (a row block, the same sharding as the save): read it,
      * then only the rest of the item to check it.  Several runs: one pass over the item that checks
      * and copies.  Runs out of file order, or too many to keep: check first, then copy. */
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
     if (l.n == 1 && !r->swap) {
-        if (l.first_len >= DIRECT_RUN) rc = read_run_checked(ck, ei, ci, &ird, (uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
+        if (piped) rc = read_run_checked(ck, ei, ci, &ird, (uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len, ahead);
         else if (!(rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len)))
             rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
         r->verified = !rc;

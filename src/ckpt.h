@@ -6,6 +6,9 @@
 #include "rcache.h"
 #include "rpipe.h"
 
+#define CK_IO_AUTO 0                /* O_DIRECT for large items not in the page cache, when aligned */
+#define CK_IO_DIRECT 1
+#define CK_IO_BUFFERED 2
 #define SMALL_ITEM (1u << 20)        /* items up to this size are read whole, with the items after them */
 
 typedef struct ck_res {
@@ -58,7 +61,9 @@ struct sck_ckpt {
     size_t res_pool_n;
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */
-    int direct;                     /* read long page-aligned runs with O_DIRECT (SCK_LOAD_DIRECT_IO) */
+    int io;                         /* CK_IO_AUTO (the default), CK_IO_DIRECT or CK_IO_BUFFERED */
+    int direct;                     /* the item being read: its long page-aligned runs with O_DIRECT
+                                     * (decided per item from `io`, see ckpt.c's choose_direct) */
     rcache rc;                      /* windows for headers, small items and short runs */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */

@@ -188,7 +188,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     int rc = open_collective(comm, dir, &ck);
     if (rc) return rc;
     ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
-    ck->direct = !!(flags & SCK_LOAD_DIRECT_IO);
+    ck->io = flags & SCK_LOAD_DIRECT_IO ? CK_IO_DIRECT : flags & SCK_LOAD_BUFFERED_IO ? CK_IO_BUFFERED : CK_IO_AUTO;
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */
     rc = lc_assign(comm, ck, st);
@@ -207,8 +207,10 @@ int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts
     unsigned flags = opts ? opts->flags : 0;
     int bad = SCK_OK;
     if (!dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: NULL or empty directory or state");
-    else if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY | SCK_LOAD_DIRECT_IO))
+    else if (flags & ~(SCK_LOAD_ALLOW_MISSING | SCK_LOAD_REJECT_UNEXPECTED | SCK_LOAD_NO_VERIFY | SCK_LOAD_DIRECT_IO | SCK_LOAD_BUFFERED_IO))
         bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
+    else if ((flags & SCK_LOAD_DIRECT_IO) && (flags & SCK_LOAD_BUFFERED_IO))
+        bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: SCK_LOAD_DIRECT_IO and SCK_LOAD_BUFFERED_IO together");
     /* A bad argument on one rank must reach the others, which are already in the first collective. */
     if (bad) return comm ? comm_agree(comm, bad) : bad;
     if (comm) return load_collective(comm, dir, st, flags);

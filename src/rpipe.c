@@ -9,7 +9,7 @@
 
 /* Slices into the caller's buffer are larger: they cost no memory, and one large read at a time keeps
  * the disk busier (O_DIRECT most of all: it has no read-ahead behind it). */
-#define RP_DST_SLICE (16u << 20)
+#define RP_DST_SLICE (4u << 20)
 #define RP_DIRECT_SLICE (32u << 20)
 
 struct rpipe {

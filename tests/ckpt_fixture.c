@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "dcp_meta.h"
@@ -250,5 +251,31 @@ int fx_flip(const char *dir, const char *name, uint64_t off, unsigned char mask)
     c ^= mask;
     if (!rc) rc = pwrite(fd, &c, 1, (off_t)off) == 1 ? 0 : -1;
     close(fd);
+    return rc;
+}
+
+int fx_evict(const char *dir, const char *name) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    fdatasync(fd);
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    close(fd);
+    return 0;
+}
+
+int fx_resident(const char *dir, const char *name, uint64_t off) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return -1;
+    off -= off % 4096;
+    void *m = mmap(NULL, 4096, PROT_READ, MAP_SHARED, fd, (off_t)off);
+    close(fd);
+    if (m == MAP_FAILED) return -1;
+    unsigned char v = 0;
+    int rc = mincore(m, 4096, &v) == 0 ? (v & 1) : -1;
+    munmap(m, 4096);
     return rc;
 }

@@ -27,5 +27,11 @@ struct ck_meta;
 int fx_edit_metadata(const char *dir, void (*fn)(struct ck_meta *m, void *ctx), void *ctx);
 /* XORs `mask` into the byte at `off` of dir/name.  Returns 0 or -1. */
 int fx_flip(const char *dir, const char *name, uint64_t off, unsigned char mask);
+/* Asks the kernel to drop file dir/name's clean pages from the page cache (after syncing it).
+ * Returns -1 if the file cannot be opened. */
+int fx_evict(const char *dir, const char *name);
+/* 1 if the page holding byte `off` of dir/name is in the page cache, 0 if not, -1 if that cannot be
+ * told. */
+int fx_resident(const char *dir, const char *name, uint64_t off);
 
 #endif
