@@ -722,10 +722,11 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
         return rc ? rc : ckpt_check_item(ck, ei, ci, d, abs, len);
     }
     uint32_t crc = 0;
-    int rc = pipe_begin(ck, ird, d, abs, len);
-    if (rc) return rc;
+    int rc = SCK_OK, early = abs - c->offset < PIPE_MIN; /* a longer head is checksummed on the pipe itself */
+    if (!early && (rc = crc_span(ird, c->offset, abs, &crc))) return rc;
+    if ((rc = pipe_begin(ck, ird, d, abs, len))) return rc;
     if (ahead) prefetch_next(ck, c);
-    if ((rc = crc_span(ird, c->offset, abs, &crc))) {
+    if (early && (rc = crc_span(ird, c->offset, abs, &crc))) {
         rp_finish(ck->rp);
         return rc;
     }

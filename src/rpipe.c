@@ -7,9 +7,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* Slices into the caller's buffer are larger: they cost no memory, and one large read at a time keeps
- * the disk busier (O_DIRECT most of all: it has no read-ahead behind it). */
-#define RP_DST_SLICE (4u << 20)
+/* O_DIRECT slices into the caller's buffer are larger: they cost no memory, and O_DIRECT has no
+ * read-ahead behind it, so one large read at a time keeps the disk busier.  Buffered slices stay
+ * small (RP_DST_SLICE): the kernel's read-ahead keeps the disk busy between them. */
 #define RP_DIRECT_SLICE (32u << 20)
 
 struct rpipe {

@@ -11,6 +11,8 @@
 
 #define RP_SLICE (4u << 20)   /* bytes per slice into the pipe's buffers (larger into the caller's); slices
                                * after the first start on a multiple of the slice size */
+#define RP_DST_SLICE (4u << 20) /* into the caller's buffer: small enough that the checksum of the last
+                                 * slice, which nothing overlaps, is short */
 #define RP_ALIGN 4096u        /* O_DIRECT alignment of offsets, lengths and memory */
 
 typedef struct rpipe rpipe;

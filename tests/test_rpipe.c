@@ -34,7 +34,7 @@ static int read_range(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uin
         uint64_t n;
         if (rp_next(p, &s, &n)) return -1;
         if (!n) break;
-        uint64_t sl = !dst ? RP_SLICE : dfd >= 0 ? (32u << 20) : (16u << 20);
+        uint64_t sl = !dst ? RP_SLICE : dfd >= 0 ? (32u << 20) : RP_DST_SLICE;
         if (n > sl || (got > 0 && (off + got) % sl)) return -2; /* slices after the first start on a boundary */
         if (dst && s != dst + got) return -3;
         if (memcmp(s, want + off + got, n)) return -4;
