@@ -1072,6 +1072,34 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
     return SCK_OK;
 }
 
+/* Rotates the ops (in file order) to start at this rank's share of the checkpoint: the first op at or
+ * past rank/nranks of the way through the files (each file counted as one unit, up to the end of its
+ * last item).  Ranks that read parts of the same items (a reshard) then start in different places,
+ * several streams at once as the disk likes, each mostly finding the rest in the page cache when it
+ * gets there; where every rank reads its own file, nothing moves. */
+static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
+    size_t nf = ck->m.nfiles;
+    uint64_t *ext = calloc(nf ? nf : 1, sizeof *ext);
+    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
+    for (size_t i = 0; i < ck->m.n; i++)
+        for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
+            const ck_chunk *c = &ck->m.e[i].chunks[k];
+            if (c->file < nf && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
+        }
+    double target = (double)nf * ck->rank / ck->nranks;
+    size_t j = 0;
+    while (j < m && op[j].file + (ext[op[j].file] ? (double)op[j].off / (double)ext[op[j].file] : 0.0) < target) j++;
+    free(ext);
+    if (j == 0 || j == m) return SCK_OK;
+    read_op *t = malloc(j * sizeof *t);
+    if (!t) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
+    memcpy(t, op, j * sizeof *t);
+    memmove(op, op + j, (m - j) * sizeof *op);
+    memcpy(op + (m - j), t, j * sizeof *t);
+    free(t);
+    return SCK_OK;
+}
+
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
     read_op *op = NULL;
     size_t m = 0, cap = 0;
@@ -1081,6 +1109,7 @@ int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */
     if (!rc && m) qsort(op, m, sizeof *op, cmp_read_op);
+    if (!rc && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
     for (size_t j = 0; j < m && !rc; j++) {
         const ck_want *x = &w[op[j].k];
         sck_box ov;

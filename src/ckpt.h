@@ -78,6 +78,7 @@ struct sck_ckpt {
     ck_seg *segs;                   /* CRCs this rank computed for combined checks, in reading order */
     size_t nsegs, capsegs;
     int plan_failed;                /* out of memory planning this rank's share: the load must fail */
+    int rank, nranks;               /* this reader among a load's ranks (0 of 1 outside a load) */
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
                                      * against it (sck_ckpt_verify), rather than trusting them */

@@ -30,11 +30,13 @@ typedef struct lc_need {
 int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len);
 
 /* The rank that checks item `item` of the model's `nitems`, given every rank's list (all[r], n[r]
- * records): the rank needing most bytes of it; ties go to the tied ranks by contiguous ranges of item
+ * records): the rank needing most bytes of it; ties (ranks needing at least most - most/LC_NEAR_TIE
+ * bytes) go to the tied ranks by contiguous ranges of item
  * numbers (the floor(item * k / nitems)-th of k tied ranks), so that a load where all ranks need equal
  * parts (column blocks, 1 -> 2 row blocks) spreads the checks, and an owner's items lie together in
  * the files.  -1 if no rank needs the item.  Every rank deciding from the same lists names the same
  * owner. */
+#define LC_NEAR_TIE 8
 int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item, uint64_t nitems);
 
 /* Collective (one comm_agree_gather when size > 1 and the checkpoint records checksums): exchanges

@@ -172,10 +172,11 @@ TEST(load_checks_owner_most_bytes_ties_spread) {
                   r2[] = {{1, 60}, {3, 8}, {4, 9}, {5, 9}, {9, 1}};
     const lc_need *all[3] = {r0, r1, r2};
     size_t n[3] = {5, 5, 5};
-    /* 10 items.  Item 0: ranks 0, 1 tie, 0 * 2 / 10 = 0 -> rank 0; item 1: ranks 1, 2 tie, 1 * 2 / 10
-     * = 0 -> rank 1; item 2: only rank 1; item 3: rank 2 needs most; items 4, 5: all three tie, 4 * 3
+    /* 10 items.  Item 0: ranks 0, 1 tie, 0 * 2 / 10 = 0 -> rank 0; item 1: ranks 1, 2 tie (rank 0's 50
+     * is more than 1/8 below 60), 1 * 2 / 10 = 0 -> rank 1; item 2: only rank 1; item 3: rank 0's 7 is
+     * within 1/8 of rank 2's 8, a near tie, 3 * 2 / 10 = 0 -> rank 0; items 4, 5: all three tie, 4 * 3
      * / 10 = 5 * 3 / 10 = 1 -> rank 1; item 9: rank 2. */
-    const int want[10] = {0, 1, 1, 2, 1, 1, -1, -1, -1, 2};
+    const int want[10] = {0, 1, 1, 0, 1, 1, -1, -1, -1, 2};
     for (uint64_t item = 0; item < 10; item++) CHECK(lc_owner(all, n, 3, item, 10) == want[item]);
     /* All tied on 6 items: two each, in order. */
     const lc_need t[] = {{0, 4}, {1, 4}, {2, 4}, {3, 4}, {4, 4}, {5, 4}};
@@ -183,6 +184,13 @@ TEST(load_checks_owner_most_bytes_ties_spread) {
     size_t tn[3] = {6, 6, 6};
     const int want6[6] = {0, 0, 1, 1, 2, 2};
     for (uint64_t item = 0; item < 6; item++) CHECK(lc_owner(tied, tn, 3, item, 6) == want6[item]);
+    /* 1 -> 2 rows of an odd row count: 838 against 839 is a near tie, split in halves; 100 against 130
+     * is not. */
+    const lc_need a[] = {{0, 838}, {1, 838}, {2, 100}, {3, 838}}, b[] = {{0, 839}, {1, 839}, {2, 130}, {3, 839}};
+    const lc_need *near[2] = {a, b};
+    size_t nn[2] = {4, 4};
+    const int want4[4] = {0, 0, 1, 1};
+    for (uint64_t item = 0; item < 4; item++) CHECK(lc_owner(near, nn, 2, item, 4) == want4[item]);
 }
 
 /* 2 -> 3 ranks by rows: rank 1 needs rows 640..1279 (320 rows of each item, the least of both), so it
