@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "commit.h"
@@ -26,6 +27,10 @@
 #define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
 #define PIPE_MIN (1u << 20)          /* ranges this long are read ahead on the pipe's thread */
 #define PREFETCH_AHEAD (64u << 20)   /* of a large item, asked of the kernel before it is needed */
+#define BATCH_IOV 1024               /* small items read together: iovecs per preadv (IOV_MAX) */
+#define BATCH_BYTES (8u << 20)       /* file bytes per preadv */
+#define BATCH_SCRATCH (1u << 20)     /* bytes around the runs (headers, trailers, gaps) per preadv */
+#define BATCH_GAP (64u << 10)        /* a gap between two items this short is read, not skipped */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     free(ck->res);
@@ -57,6 +62,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
     free(ck->dir);
     free(ck->order);
     free(ck->spans);
+    free(ck->scratch);
     free(ck);
 }
 
@@ -1072,6 +1078,114 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
     return SCK_OK;
 }
 
+/* A small item this rank checks and reads as one run, in a batch of such items (read_small_batch). */
+typedef struct small_rd {
+    size_t ei, ci;
+    uint64_t run, len;      /* the run's file offset and length, inside the item */
+    uint8_t *dst;
+} small_rd;
+
+/* Whether want x's part of chunk ci can go in a batch: a small item this rank checks, not checked
+ * yet, stored little-endian, whose overlap is one run inside it.  Fills *s. */
+static int small_batchable(sck_ckpt *ck, const ck_want *x, size_t ci, small_rd *s) {
+    const ck_entry *e = &ck->m.e[x->ei];
+    const ck_chunk *c = &e->chunks[ci];
+    if (c->length > SMALL_ITEM || !ck->verify || !c->has_crc || c->transformed) return 0;
+    if (ck->peer_checks && ck->peer_checks[x->ei] && ck->peer_checks[x->ei][ci]) return 0;
+    ck_res *r = NULL;
+    if (ckpt_resolve_chunk(ck, x->ei, ci, &r) != SCK_OK) {
+        sck_err_clear(); /* read_overlap says what is wrong */
+        return 0;
+    }
+    if (r->verified || r->swap) return 0;
+    sck_box ov;
+    box_intersect(&c->box, x->box, &ov);
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    box_runs(&c->box, r->strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    uint64_t a = r->data_off + l.first_src;
+    if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
+    *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst};
+    return 1;
+}
+
+/* preadv until all of iov is read (advancing it), or an error or the end of the file. */
+static int preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const char *what) {
+    while (n > 0) {
+        ssize_t got = preadv(fd, iov, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: read at offset %llu failed", what, (unsigned long long)off);
+        if (got == 0) return sck_err(SCK_ERR_FORMAT, "%s: truncated at offset %llu", what, (unsigned long long)off);
+        off += (uint64_t)got;
+        while (n > 0 && (size_t)got >= iov->iov_len) got -= (ssize_t)iov->iov_len, iov++, n--;
+        if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + got, iov->iov_len -= (size_t)got;
+    }
+    return SCK_OK;
+}
+
+/* Small items back to back in one file, read by one preadv: each run straight into its destination,
+ * every other byte (headers, trailers, short gaps) into ck->scratch, then each item checked from
+ * those pieces.  The page cache's copy is the only one, where a read window would add a second. */
+static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
+    const ck_chunk *c0 = &ck->m.e[s[0].ei].chunks[s[0].ci];
+    struct iovec iov[BATCH_IOV];
+    int k = 0;
+    uint8_t *sp = ck->scratch;
+    uint64_t pos = c0->offset;
+    for (size_t i = 0; i < n; i++) {
+        const ck_chunk *c = &ck->m.e[s[i].ei].chunks[s[i].ci];
+        uint64_t parts[4][2] = {{pos, c->offset}, {c->offset, s[i].run}, {s[i].run, s[i].run + s[i].len}, {s[i].run + s[i].len, c->offset + c->length}};
+        for (int p = 0; p < 4; p++) {
+            size_t len = (size_t)(parts[p][1] - parts[p][0]);
+            if (!len) continue;
+            uint8_t *to = p == 2 ? s[i].dst : sp;
+            if (p != 2) sp += len;
+            if (k && (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == to) iov[k - 1].iov_len += len;
+            else iov[k++] = (struct iovec){to, len};
+        }
+        pos = c->offset + c->length;
+    }
+    char what[4600];
+    item_what(ck, &ck->m.e[s[0].ei], c0, what, sizeof what);
+    int rc = preadv_full(ck->files[c0->file].fd, iov, k, c0->offset, what);
+    sp = ck->scratch;
+    pos = c0->offset;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const ck_chunk *c = &ck->m.e[s[i].ei].chunks[s[i].ci];
+        sp += c->offset - pos;
+        uint64_t head = s[i].run - c->offset, tail = c->offset + c->length - s[i].run - s[i].len;
+        uint32_t crc = sck_crc32c(0, sp, (size_t)head);
+        crc = sck_crc32c(crc, s[i].dst, (size_t)s[i].len);
+        crc = sck_crc32c(crc, sp + head, (size_t)tail);
+        sp += head + tail;
+        pos = c->offset + c->length;
+        if (crc != c->crc32c) rc = ckpt_crc_mismatch(ck, s[i].ei, s[i].ci, crc);
+        else ck->res[s[i].ei][s[i].ci].verified = 1;
+    }
+    return rc;
+}
+
+/* How many ops from op[j] on go in one batch of small items (0 or 1: read op[j] alone); fills s. */
+static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, size_t m, size_t j, small_rd *s) {
+    if (!ck->scratch && !(ck->scratch = malloc(BATCH_SCRATCH))) return 0; /* no batches: slower, not wrong */
+    size_t n = 0;
+    int iovs = 0;
+    uint64_t scratch = 0, end = 0;
+    for (; j + n < m; n++) {
+        const read_op *o = &op[j + n];
+        const ck_chunk *c = &ck->m.e[w[o->k].ei].chunks[o->ci];
+        if (n && (o->file != op[j].file || c->offset < end || c->offset - end > BATCH_GAP ||
+                  c->offset + c->length - ck->m.e[w[op[j].k].ei].chunks[op[j].ci].offset > BATCH_BYTES))
+            break;
+        if (iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o->ci, &s[n])) break;
+        uint64_t more = (n ? c->offset - end : 0) + c->length - s[n].len;
+        if (scratch + more > BATCH_SCRATCH) break;
+        scratch += more;
+        iovs += 4;
+        end = c->offset + c->length;
+    }
+    return n;
+}
+
 /* Rotates the ops (in file order) to start at this rank's share of the checkpoint: the first op at or
  * past rank/nranks of the way through the files (each file counted as one unit, up to the end of its
  * last item).  Ranks that read parts of the same items (a reshard) then start in different places,
@@ -1110,12 +1224,21 @@ int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
      * from several files) and refill a window for every item. */
     if (!rc && m) qsort(op, m, sizeof *op, cmp_read_op);
     if (!rc && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
-    for (size_t j = 0; j < m && !rc; j++) {
+    small_rd *sb = !rc && m ? malloc((BATCH_IOV / 4) * sizeof *sb) : NULL;
+    for (size_t j = 0; j < m && !rc;) {
+        size_t nb = sb ? small_batch(ck, w, op, m, j, sb) : 0;
+        if (nb > 1) {
+            rc = read_small_batch(ck, sb, nb);
+            j += nb;
+            continue;
+        }
         const ck_want *x = &w[op[j].k];
         sck_box ov;
         box_intersect(&ck->m.e[x->ei].chunks[op[j].ci].box, x->box, &ov);
         rc = read_overlap(ck, x->ei, op[j].ci, x->box, &ov, x->dst);
+        j++;
     }
+    free(sb);
     free(op);
     return rc;
 }

@@ -65,6 +65,7 @@ struct sck_ckpt {
     int direct;                     /* the item being read: its long page-aligned runs with O_DIRECT
                                      * (decided per item from `io`, see ckpt.c's choose_direct) */
     rcache rc;                      /* windows for headers, small items and short runs */
+    uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */

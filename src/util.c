@@ -302,6 +302,10 @@ int sck_numel(int ndim, const int64_t *shape, uint64_t *out) {
 
 #define HUGE_MIN ((size_t)1 << 20)
 
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23
+#endif
+
 void *sck_huge_calloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) return NULL;
     size_t n = count * size;
@@ -309,6 +313,10 @@ void *sck_huge_calloc(size_t count, size_t size) {
     void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (m == MAP_FAILED) return NULL;
     madvise(m, n, MADV_HUGEPAGE); /* advice only */
+    /* Faulted in writable now: tables like these are read before they are written (a flag is tested,
+     * then set), and a first read maps the shared zero page, so each first write would then take a
+     * copy-on-write fault and a TLB flush on every CPU.  Advice only (Linux 5.14 on). */
+    madvise(m, n, MADV_POPULATE_WRITE);
     return m;
 }
 
