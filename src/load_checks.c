@@ -69,7 +69,8 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len
     int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
     /* Pass 0 counts bytes and asks the kernel for every needed item's headers at once; pass 1 then
      * resolves the items (reading those headers) to find the runs, without a wait per item. */
-    for (int pass = 0; pass < 2; pass++) {
+    int partial = 0; /* overlaps reading part of a chunk: only they need pass 1 */
+    for (int pass = 0; pass < 1 + !!partial; pass++) {
         for (size_t i = 0; !rc && i < st->n; i++) {
             const st_entry *e = &st->e[i];
             long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
@@ -92,6 +93,7 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len
                         else rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
                         continue;
                     }
+                    partial |= !whole;
                     if (!*b && !whole) ckpt_prefetch_headers(ck, (size_t)ei, ci);
                     *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
                 }
@@ -141,16 +143,14 @@ static long index_of(const lc_need *l, size_t n, uint64_t item) {
     return lo < n && l[lo].item == item ? (long)lo : -1;
 }
 
-/* Bytes rank list l (ascending items) needs of item; 0 if none. */
-static uint64_t need_of(const lc_need *l, size_t n, uint64_t item) {
-    long i = index_of(l, n, item);
-    return i < 0 ? 0 : l[i].bytes;
-}
+/* Bytes rank r needs of the item at index at[r] of its list (-1: none). */
+static uint64_t need_at(const lc_need *const *all, const long *at, int r) { return at[r] < 0 ? 0 : all[r][at[r]].bytes; }
 
-int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item, uint64_t nitems) {
+/* lc_owner, with each rank's index of the item in its list already found (at[r], -1: not there). */
+static int owner_at(const lc_need *const *all, const long *at, int nranks, uint64_t item, uint64_t nitems) {
     uint64_t most = 0;
     for (int r = 0; r < nranks; r++) {
-        uint64_t b = need_of(all[r], n[r], item);
+        uint64_t b = need_at(all, at, r);
         if (b > most) most = b;
     }
     if (!most) return -1;
@@ -158,13 +158,22 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
      * to one rank, whose reads would then pace the whole load. */
     uint64_t bar = most - most / LC_NEAR_TIE;
     int ties = 0;
-    for (int r = 0; r < nranks; r++) ties += need_of(all[r], n[r], item) >= bar;
+    for (int r = 0; r < nranks; r++) ties += need_at(all, at, r) >= bar;
     /* Ties: the items split into contiguous ranges, one per tied rank in rank order.  Small items are
-     * read many to a window, so an owner of every other item would read them all. */
+     * read many at a time (one batch, src/ckpt.c), so an owner of every other item would read them all. */
     int pick = item < nitems ? (int)((long double)item * ties / nitems) : 0;
     for (int r = 0; r < nranks; r++)
-        if (need_of(all[r], n[r], item) >= bar && pick-- == 0) return r;
+        if (need_at(all, at, r) >= bar && pick-- == 0) return r;
     return -1; /* not reached */
+}
+
+int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item, uint64_t nitems) {
+    long *at = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *at);
+    if (!at) return -1;
+    for (int r = 0; r < nranks; r++) at[r] = index_of(all[r], n[r], item);
+    int o = owner_at(all, at, nranks, item, nitems);
+    free(at);
+    return o;
 }
 
 static int any_checksum(const ck_meta *m) {
@@ -199,25 +208,24 @@ static int cmp_cand(const void *a, const void *b) {
     return x->len < y->len ? -1 : x->len > y->len;
 }
 
-/* The combined check of item g (chunk c), as every rank plans it from the same lists: if every
- * reader reads it as a few runs inside it, the segments are chosen greedily by offset (a run not
- * overlapping those before it), and this rank's share (its segments; for the owner, the gaps) goes
- * into *cb.  Items only one rank reads are not combined.  Returns 0 if the item is not combined, 1 if it
+/* The combined check of chunk c's item (at[r]: its index in rank r's list, -1 if absent), as every
+ * rank plans it from the same lists: if every reader reads it as a few runs inside it, the segments
+ * are chosen greedily by offset (a run not overlapping those before it), and this rank's share (its
+ * segments; for the owner, the gaps) goes into *cb.  Items only one rank reads are not combined.  Returns 0 if the item is not combined, 1 if it
  * is, -1 out of memory. */
-static int plan_comb(const ck_chunk *c, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me,
-                     int owner, uint64_t g, ck_comb *cb) {
+static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at, int nranks, int me, int owner, ck_comb *cb) {
     size_t nc = 0;
     int readers = 0;
     uint64_t lo = c->offset, hi = c->offset + c->length;
     for (int r = 0; r < nranks; r++) {
-        long i = index_of(all[r], n[r], g);
+        long i = at[r];
         if (i < 0) continue;
         if (rng[r][i].nr == 0) return 0;
         nc += (size_t)rng[r][i].nr;
         readers++;
     }
     if (readers < 2) return 0; /* its only reader checks it whole, in the same pass (src/ckpt.c) */
-    /* A small item's owner reads it whole, as one of the many items in a read window, and checks it;
+    /* A small item's owner reads it whole, in a batch with the items around it, and checks it;
      * the other readers read only their runs.  Combining would have the owner read the headers of each
      * item on its own. */
     if (c->length <= SMALL_ITEM) return 0;
@@ -225,7 +233,7 @@ static int plan_comb(const ck_chunk *c, const lc_need *const *all, const lc_rng 
     if (!cd) return -1;
     nc = 0;
     for (int r = 0; r < nranks; r++) {
-        long i = index_of(all[r], n[r], g);
+        long i = at[r];
         for (uint64_t j = 0; i >= 0 && j < rng[r][i].nr; j++) {
             uint64_t off = rd64(rng[r][i].rg + 16 * j), len = rd64(rng[r][i].rg + 16 * j + 8);
             if (!len || off < lo || off > hi || len > hi - off) {
@@ -273,14 +281,21 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
     uint8_t **pc = base ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
     ck_comb *cbs = pc ? calloc(n[me] ? n[me] : 1, sizeof *cbs) : NULL;
     size_t ncb = 0, ei = 0;
-    int ok = cbs != NULL;
+    /* My items ascend, as every list does: each rank's place in its list only moves forward. */
+    size_t *cur = cbs ? calloc((size_t)nranks, sizeof *cur) : NULL;
+    long *at = cur ? malloc((size_t)nranks * sizeof *at) : NULL;
+    int ok = at != NULL;
     for (size_t k = 0; ok && k < n[me]; k++) {
         const lc_need *x = &all[me][k];
-        int owner = lc_owner(all, n, nranks, x->item, base[ck->m.n]);
+        for (int r = 0; r < nranks; r++) {
+            while (cur[r] < n[r] && all[r][cur[r]].item < x->item) cur[r]++;
+            at[r] = cur[r] < n[r] && all[r][cur[r]].item == x->item ? (long)cur[r] : -1;
+        }
+        int owner = owner_at(all, at, nranks, x->item, base[ck->m.n]);
         while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
         if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
         size_t ci = x->item - base[ei];
-        int comb = plan_comb(&ck->m.e[ei].chunks[ci], all, rng, n, nranks, me, owner, x->item, &cbs[ncb]);
+        int comb = plan_comb(&ck->m.e[ei].chunks[ci], rng, at, nranks, me, owner, &cbs[ncb]);
         if (comb < 0) ok = 0;
         if (comb <= 0 && owner == me) continue;
         if (ok && !pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) ok = 0;
@@ -292,6 +307,8 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
         if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = x->item;
     }
     free(base);
+    free(cur);
+    free(at);
     if (!ok) {
         for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
         for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
