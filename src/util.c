@@ -96,39 +96,12 @@ int sck_buf_reserve(sck_buf *b, size_t extra) {
     return SCK_OK;
 }
 
-int sck_buf_append(sck_buf *b, const void *p, size_t n) {
-    if (n == 0) return SCK_OK;
-    if (sck_buf_reserve(b, n)) return SCK_ERR_NOMEM;
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-    return SCK_OK;
-}
-
 int sck_buf_zero(sck_buf *b, size_t n) {
     if (n == 0) return SCK_OK;
     if (sck_buf_reserve(b, n)) return SCK_ERR_NOMEM;
     memset(b->data + b->len, 0, n);
     b->len += n;
     return SCK_OK;
-}
-
-int sck_buf_put_u8(sck_buf *b, uint8_t v) { return sck_buf_append(b, &v, 1); }
-
-int sck_buf_put_le16(sck_buf *b, uint16_t v) {
-    uint8_t t[2] = {(uint8_t)v, (uint8_t)(v >> 8)};
-    return sck_buf_append(b, t, 2);
-}
-
-int sck_buf_put_le32(sck_buf *b, uint32_t v) {
-    uint8_t t[4];
-    for (int i = 0; i < 4; i++) t[i] = (uint8_t)(v >> (8 * i));
-    return sck_buf_append(b, t, 4);
-}
-
-int sck_buf_put_le64(sck_buf *b, uint64_t v) {
-    uint8_t t[8];
-    for (int i = 0; i < 8; i++) t[i] = (uint8_t)(v >> (8 * i));
-    return sck_buf_append(b, t, 8);
 }
 
 int sck_buf_printf(sck_buf *b, const char *fmt, ...) {

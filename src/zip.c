@@ -77,6 +77,13 @@ static uint64_t pad_len(uint64_t file_offset, uint64_t data_start, uint32_t alig
     return gap;
 }
 
+/* "prefix/name", as each record names its file (no printf: two of these per record, four records per item). */
+static int put_name(sck_buf *h, const char *prefix, const char *name) {
+    int rc = sck_buf_append(h, prefix, strlen(prefix));
+    rc |= sck_buf_put_u8(h, '/');
+    return rc | sck_buf_append(h, name, strlen(name));
+}
+
 static int put_local(sck_buf *h, const zip_entry *e, const char *prefix, size_t nlen, int zip64_sizes,
                      uint64_t pad) {
     uint32_t size32 = zip64_sizes ? ZIP_U32_SENTINEL : (uint32_t)e->size;
@@ -93,7 +100,7 @@ static int put_local(sck_buf *h, const zip_entry *e, const char *prefix, size_t 
     rc |= sck_buf_put_le32(h, size32);
     rc |= sck_buf_put_le16(h, (uint16_t)nlen);
     rc |= sck_buf_put_le16(h, xlen);
-    rc |= sck_buf_printf(h, "%s/%s", prefix, e->name);
+    rc |= put_name(h, prefix, e->name);
     if (zip64_sizes) { /* the spec wants both sizes in a local zip64 extra */
         rc |= sck_buf_put_le16(h, ZIP_EXTRA_ZIP64);
         rc |= sck_buf_put_le16(h, 16);
@@ -137,7 +144,7 @@ static int put_central(sck_buf *h, const zip_entry *e, const char *prefix, size_
     rc |= sck_buf_put_le16(h, 0); /* internal attributes */
     rc |= sck_buf_put_le32(h, 0); /* external attributes */
     rc |= sck_buf_put_le32(h, big_off ? ZIP_U32_SENTINEL : (uint32_t)lho);
-    rc |= sck_buf_printf(h, "%s/%s", prefix, e->name);
+    rc |= put_name(h, prefix, e->name);
     if (nfields) { /* fields in spec order, only those whose 32-bit slot holds the sentinel */
         rc |= sck_buf_put_le16(h, ZIP_EXTRA_ZIP64);
         rc |= sck_buf_put_le16(h, (uint16_t)(8u * nfields));
