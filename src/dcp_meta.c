@@ -110,7 +110,7 @@ long ck_meta_find(const ck_meta *m, const char *key) {
 /* ------------------------------------------------------------------------ */
 
 static void enc_size(pk_writer *w, int ndim, const int64_t *dims) {
-    pk_global(w, "torch", "Size");
+    pk_global_static(w, "torch", "Size");
     if (ndim > 3) pk_mark(w); /* TUPLE1..3 need no MARK */
     for (int i = 0; i < ndim; i++) pk_int(w, dims[i]);
     pk_tuple(w, (size_t)ndim);
@@ -120,7 +120,7 @@ static void enc_size(pk_writer *w, int ndim, const int64_t *dims) {
 
 /* cls() via NEWOBJ with the dataclass field dict as BUILD state, as pickle does for dataclasses. */
 static void enc_obj_begin(pk_writer *w, const char *module, const char *cls) {
-    pk_global(w, module, cls);
+    pk_global_static(w, module, cls);
     pk_tuple(w, 0);
     pk_newobj(w);
     pk_empty_dict(w);
@@ -133,17 +133,17 @@ static void enc_obj_end(pk_writer *w) {
 }
 
 static void enc_tensor_props(pk_writer *w, sck_dtype dt) {
-    pk_global(w, MOD_META, "TensorProperties");
+    pk_global_static(w, MOD_META, "TensorProperties");
     pk_tuple(w, 0);
     pk_newobj(w);
     pk_mark(w);
-    pk_global(w, "torch", sck_dtype_torch_name(dt));
-    pk_global(w, "torch.serialization", "_get_layout");
+    pk_global_static(w, "torch", sck_dtype_torch_name(dt));
+    pk_global_static(w, "torch.serialization", "_get_layout");
     pk_cstr(w, "torch.strided");
     pk_tuple(w, 1);
     pk_reduce(w);
     pk_bool(w, 0);
-    pk_global(w, MOD_META, "_MEM_FORMAT_ENCODING");
+    pk_global_static(w, MOD_META, "_MEM_FORMAT_ENCODING");
     pk_int(w, 0);
     pk_tuple(w, 1);
     pk_reduce(w);
@@ -168,7 +168,7 @@ static void enc_path(pk_writer *w, const char *key) {
 int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
     pk_writer w;
     pk_begin(&w, out, 4);
-    pk_global(&w, MOD_META, "Metadata");
+    pk_global_static(&w, MOD_META, "Metadata");
     pk_tuple(&w, 0);
     pk_newobj(&w);
     pk_empty_dict(&w);
@@ -181,7 +181,7 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
         if (i % 1000 == 0) pk_mark(&w); /* SETITEMS in batches of 1000, as pickle does */
         pk_cstr(&w, e->key);
         if (e->is_bytes) {
-            pk_global(&w, MOD_META, "BytesStorageMetadata");
+            pk_global_static(&w, MOD_META, "BytesStorageMetadata");
             pk_tuple(&w, 0);
             pk_newobj(&w);
         } else {

@@ -1289,15 +1289,16 @@ static void w_get(pk_writer *w, uint32_t idx) {
     else w_op_le(w, OP_LONG_BINGET, idx, 4);
 }
 
-void pk_global(pk_writer *w, const char *module, const char *name) {
-    if (w->err) return;
-    if (!module || !name || !*module || !*name) { w_invalid(w, "empty global name"); return; }
-    if (strchr(module, '\n') || strchr(name, '\n')) { w_invalid(w, "newline in a global name"); return; }
+/* Emits global module.name, memoized: a reference to its memo entry when it was emitted before.
+ * Returns the memo index, or UINT32_MAX after an error. */
+static uint32_t global_memo(pk_writer *w, const char *module, const char *name) {
+    if (!module || !name || !*module || !*name) { w_invalid(w, "empty global name"); return UINT32_MAX; }
+    if (strchr(module, '\n') || strchr(name, '\n')) { w_invalid(w, "newline in a global name"); return UINT32_MAX; }
     size_t ml = strlen(module), nl = strlen(name);
     for (size_t i = 0; i < w->memo_n; i++) {   /* few distinct globals per pickle: a scan is enough */
         const char *k = w->memo_keys[i];
         if (strncmp(k, module, ml) == 0 && k[ml] == '\n' && strcmp(k + ml + 1, name) == 0)
-            { w_get(w, w->memo_idx[i]); return; }
+            { w_get(w, w->memo_idx[i]); return w->memo_idx[i]; }
     }
     if (w->memo_n == w->memo_cap) {
         size_t cap = w->memo_cap ? w->memo_cap * 2 : 16;
@@ -1307,14 +1308,14 @@ void pk_global(pk_writer *w, const char *module, const char *name) {
         if (idx) w->memo_idx = idx;
         if (!keys || !idx) {
             w->err = sck_err(SCK_ERR_NOMEM, "pickle writer: out of memory");
-            return;
+            return UINT32_MAX;
         }
         w->memo_cap = cap;
     }
     char *key = malloc(ml + nl + 2);
     if (!key) {
         w->err = sck_err(SCK_ERR_NOMEM, "pickle writer: out of memory");
-        return;
+        return UINT32_MAX;
     }
     memcpy(key, module, ml);
     key[ml] = '\n';
@@ -1336,4 +1337,22 @@ void pk_global(pk_writer *w, const char *module, const char *name) {
         if (idx < 256) w_op_le(w, OP_BINPUT, idx, 1);
         else w_op_le(w, OP_LONG_BINPUT, idx, 4);
     }
+    return idx;
+}
+
+void pk_global(pk_writer *w, const char *module, const char *name) {
+    if (!w->err) global_memo(w, module, name);
+}
+
+void pk_global_static(pk_writer *w, const char *module, const char *name) {
+    if (w->err) return;
+    for (unsigned i = 0; i < PK_HOT && module; i++)
+        if (w->hot_mod[i] == module && w->hot_name[i] == name) {
+            w_get(w, w->hot_idx[i]);
+            return;
+        }
+    uint32_t idx = global_memo(w, module, name);
+    if (idx == UINT32_MAX) return;
+    unsigned h = w->hot_next++ % PK_HOT;
+    w->hot_mod[h] = module, w->hot_name[h] = name, w->hot_idx[h] = idx;
 }

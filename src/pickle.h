@@ -87,6 +87,7 @@ int pk_is_global(const pk_obj *o, const char *module, const char *name); /* modu
 const char *pk_kind_name(pk_kind k);
 
 /* ---- writer ---- */
+#define PK_HOT 8
 typedef struct pk_writer {
     sck_buf *out;
     int proto;          /* 2 or 4 */
@@ -94,6 +95,11 @@ typedef struct pk_writer {
     char **memo_keys;
     uint32_t *memo_idx;
     size_t memo_n, memo_cap;
+    /* the last few (module, name) pointers looked up and their memo index: callers pass the same
+     * literals hundreds of thousands of times for a large .metadata */
+    const char *hot_mod[PK_HOT], *hot_name[PK_HOT];
+    uint32_t hot_idx[PK_HOT];
+    unsigned hot_next;
     uint32_t next_memo;
     int err;            /* sticky: first error (SCK_ERR_NOMEM) */
 } pk_writer;
@@ -119,6 +125,9 @@ void pk_empty_dict(pk_writer *w);
 void pk_setitems(pk_writer *w);          /* after pk_mark + k,v pairs */
 void pk_setitem(pk_writer *w);           /* after one k,v pair (Python's form for a 1-item dict) */
 void pk_global(pk_writer *w, const char *module, const char *name); /* GLOBAL (proto 2) or STACK_GLOBAL (proto 4), memoized */
+/* pk_global for names in storage that never changes (string literals): the last PK_HOT pairs are
+ * found again by address, without comparing strings. */
+void pk_global_static(pk_writer *w, const char *module, const char *name);
 void pk_reduce(pk_writer *w);
 void pk_newobj(pk_writer *w);
 void pk_build(pk_writer *w);

@@ -12,12 +12,12 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= sizes[i];
     pk_begin(&w, out, 2);
-    pk_global(&w, "torch._utils", "_rebuild_tensor_v2");
+    pk_global_static(&w, "torch._utils", "_rebuild_tensor_v2");
     pk_mark(&w);
     /* persistent id: ('storage', torch.<X>Storage, '0', 'cpu', numel) */
     pk_mark(&w);
     pk_cstr(&w, "storage");
-    pk_global(&w, "torch", sck_dtype_storage_name(dt));
+    pk_global_static(&w, "torch", sck_dtype_storage_name(dt));
     pk_cstr(&w, "0");
     pk_cstr(&w, "cpu");
     pk_int(&w, numel);
@@ -37,7 +37,7 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
     for (int i = 0; i < ndim; i++) pk_int(&w, stride[i]);
     pk_tuple(&w, (size_t)ndim);
     pk_bool(&w, 0); /* requires_grad */
-    pk_global(&w, "collections", "OrderedDict");
+    pk_global_static(&w, "collections", "OrderedDict");
     pk_tuple(&w, 0);
     pk_reduce(&w); /* backward_hooks */
     pk_tuple(&w, 6);

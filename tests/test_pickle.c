@@ -1399,3 +1399,35 @@ TEST(writer_errors_are_sticky) {
     CHECK_ERR(pk_finish(&w), SCK_ERR_INVALID_ARG, "NULL string");
     sck_buf_free(&b);
 }
+
+/* pk_global_static (names found again by address) writes exactly what pk_global writes, over more
+ * distinct names than it keeps by address. */
+TEST(pickle_writer_global_static_same_bytes) {
+    static const char *const mods[] = {"m", "m", "n", "m", "torch", "torch", "a", "b", "c", "d", "e", "f", "g", "h"};
+    static const char *const names[] = {"x", "y", "x", "x", "Size", "Size", "k", "k", "k", "k", "k", "k", "k", "k"};
+    size_t nn = sizeof names / sizeof *names;
+    for (int proto = 2; proto <= 4; proto += 2) {
+        sck_buf a, b;
+        sck_buf_init(&a);
+        sck_buf_init(&b);
+        pk_writer wa, wb;
+        pk_begin(&wa, &a, proto);
+        pk_begin(&wb, &b, proto);
+        pk_empty_list(&wa);
+        pk_empty_list(&wb);
+        pk_mark(&wa);
+        pk_mark(&wb);
+        for (int round = 0; round < 3; round++)
+            for (size_t i = 0; i < nn; i++) {
+                pk_global(&wa, mods[i], names[i]);
+                pk_global_static(&wb, mods[i], names[i]);
+            }
+        pk_appends(&wa);
+        pk_appends(&wb);
+        REQUIRE_OK(pk_finish(&wa));
+        REQUIRE_OK(pk_finish(&wb));
+        CHECK(a.len == b.len && memcmp(a.data, b.data, a.len) == 0);
+        sck_buf_free(&a);
+        sck_buf_free(&b);
+    }
+}
