@@ -948,12 +948,13 @@ static int page_cached(int fd, uint64_t off) {
 }
 
 /* Whether chunk c's long runs are read with O_DIRECT (see CK_IO_AUTO): always or never when asked
- * for; else for a large item that is not in the page cache (going by the page in its middle: its
- * headers are read buffered) and a destination whose element 0 is as misaligned to a page as the
- * item's (`skew` = destination address minus file offset of element 0), as O_DIRECT needs. */
-static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew) {
+ * for; else for a large item read as long runs (`long_runs`) that is not in the page cache (going by
+ * the page in its middle: its headers are read buffered) and a destination whose element 0 is as
+ * misaligned to a page as the item's (`skew` = destination address minus file offset of element 0),
+ * as O_DIRECT needs. */
+static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_runs) {
     if (ck->io != CK_IO_AUTO) return ck->io == CK_IO_DIRECT;
-    if (c->length <= SMALL_ITEM || skew % WS_DIO_ALIGN) return 0;
+    if (!long_runs || c->length <= SMALL_ITEM || skew % WS_DIO_ALIGN) return 0;
     return !page_cached(ck->files[c->file].fd, c->offset + c->length / 2);
 }
 
@@ -974,21 +975,23 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
     run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
-    ck->direct = choose_direct(ck, c, (uintptr_t)dst - r->data_off);
-    if (c->length > SMALL_ITEM) {
-        /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
-         * (its start follows the headers, so the kernel does not see a sequential stream). */
-        if (!ck->direct)
-            posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
-                          POSIX_FADV_WILLNEED); /* advice only */
-    }
     int peer = ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
     ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
     int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    if (check) box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+    box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
     int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN;
+    /* O_DIRECT serves long runs read into dst (one checked run, or unchecked runs); many short runs,
+     * and an item checked around several runs, are read through the cache, with its read-ahead. */
+    int long_runs = l.n && box_numel(ov) * rx.elem / l.n >= DIRECT_RUN && (piped || !check);
+    ck->direct = choose_direct(ck, c, (uintptr_t)dst - r->data_off, long_runs);
+    if (ahead && !ck->direct) {
+        /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
+         * (its start follows the headers, so the kernel does not see a sequential stream). */
+        posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
+                      POSIX_FADV_WILLNEED); /* advice only */
+    }
     /* The next item is asked for before this one is read; read_run_checked asks once its read is under way. */
     if (ahead && !piped) prefetch_next(ck, c);
     if (!check) {
