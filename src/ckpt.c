@@ -35,6 +35,9 @@
 static void ckpt_free_res(sck_ckpt *ck) {
     free(ck->res);
     ck->res = NULL;
+    free(ck->strides);
+    ck->strides = NULL;
+    ck->nstrides = ck->capstrides = 0;
     sck_huge_free(ck->res_pool, ck->res_pool_n, sizeof *ck->res_pool);
     ck->res_pool = NULL;
 }
@@ -299,6 +302,14 @@ static int item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
     return rc;
 }
 
+/* The element strides of chunk c's stored view (r resolved); buf holds them when they are row-major.
+ * Valid until the next resolve. */
+static const int64_t *res_strides(const sck_ckpt *ck, const ck_chunk *c, const ck_res *r, int64_t *buf) {
+    if (r->strides) return ck->strides[r->strides - 1];
+    box_strides(&c->box, buf);
+    return buf;
+}
+
 /* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
@@ -329,7 +340,6 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
             return sck_err(SCK_ERR_FORMAT, "%s: holds %llu bytes, expected %llu", what, (unsigned long long)c->length,
                            (unsigned long long)need);
         r->data_off = c->offset;
-        box_strides(&c->box, r->strides);
         r->done = 1;
         return SCK_OK;
     }
@@ -338,7 +348,6 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
             return sck_err(SCK_ERR_FORMAT, "%s: a payload of %llu bytes at %llu does not fit the item", what, (unsigned long long)need,
                            (unsigned long long)c->payload);
         r->data_off = c->offset + c->payload;
-        box_strides(&c->box, r->strides);
         r->done = 1;
         return SCK_OK;
     }
@@ -390,7 +399,23 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         }
         r->data_off = dr->data_off + (uint64_t)t.storage_offset * elem;
     }
-    memcpy(r->strides, t.stride, sizeof r->strides);
+    int64_t rm[SCK_MAX_DIMS];
+    box_strides(&c->box, rm);
+    r->strides = 0;
+    if (e->ndim && memcmp(rm, t.stride, (size_t)e->ndim * sizeof *rm)) { /* a view torch saved as it was */
+        if (ck->nstrides == ck->capstrides) {
+            size_t cap = ck->capstrides ? 2 * ck->capstrides : 16;
+            int64_t(*p)[SCK_MAX_DIMS] = cap < UINT32_MAX ? realloc(ck->strides, cap * sizeof *p) : NULL;
+            if (!p) {
+                rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+                goto out;
+            }
+            ck->strides = p;
+            ck->capstrides = cap;
+        }
+        memcpy(ck->strides[ck->nstrides++], t.stride, sizeof *ck->strides);
+        r->strides = (uint32_t)ck->nstrides;
+    }
     const zip_rec *bo = zip_find(&zd, "byteorder");
     if (bo) {
         char b[8] = {0};
@@ -405,9 +430,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         }
     }
     if (c->payload) { /* verifying: the archive must agree with the model cache */
-        int64_t rm[SCK_MAX_DIMS];
-        box_strides(&c->box, rm);
-        if (r->data_off != c->offset + c->payload || r->swap || (need && memcmp(rm, r->strides, (size_t)e->ndim * sizeof *rm))) {
+        if (r->data_off != c->offset + c->payload || r->swap || (need && r->strides)) {
             rc = sck_err(SCK_ERR_FORMAT, "%s: the archive's payload (at %llu) is not where %s says (at %llu, row-major, little-endian)",
                          what, (unsigned long long)(r->data_off - c->offset), META_SIDE_NAME, (unsigned long long)c->payload);
             goto out;
@@ -846,7 +869,8 @@ int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, c
     int rc = ckpt_resolve_chunk(ck, ei, ci, &r);
     if (rc) return rc;
     range_list l = {r->data_off, c->offset, c->offset + c->length, rg, 0, cap, 0};
-    box_runs(&c->box, r->strides, want, ov, sck_dtype_size((sck_dtype)ck->m.e[ei].dtype), collect_range, &l);
+    int64_t sb[SCK_MAX_DIMS];
+    box_runs(&c->box, res_strides(ck, c, r, sb), want, ov, sck_dtype_size((sck_dtype)ck->m.e[ei].dtype), collect_range, &l);
     if (l.outside) {
         char what[4600];
         item_what(ck, &ck->m.e[ei], c, what, sizeof what);
@@ -979,8 +1003,10 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
     int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
+    int64_t sb[SCK_MAX_DIMS];
+    const int64_t *strides = res_strides(ck, c, r, sb);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+    box_runs(&c->box, strides, want, ov, rx.elem, collect_run, &l);
     int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN;
     /* O_DIRECT serves long runs read into dst (one checked run, or unchecked runs); many short runs,
      * and an item checked around several runs, are read through the cache, with its read-ahead. */
@@ -995,9 +1021,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     /* The next item is asked for before this one is read; read_run_checked asks once its read is under way. */
     if (ahead && !piped) prefetch_next(ck, c);
     if (!check) {
-        rc = cb     ? read_combined(ck, cb, want, ov, r->strides, &rx)
-             : peer ? copy_peer_checked(ck, ei, ci, want, ov, r->strides, &rx)
-                    : box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+        rc = cb     ? read_combined(ck, cb, want, ov, strides, &rx)
+             : peer ? copy_peer_checked(ck, ei, ci, want, ov, strides, &rx)
+                    : box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
             char msg[1024];
@@ -1023,7 +1049,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
         l.ordered = 1;
         l.r = malloc((l.cap ? l.cap : 1) * sizeof *l.r);
         if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
-        box_runs(&c->box, r->strides, want, ov, rx.elem, collect_run, &l);
+        box_runs(&c->box, strides, want, ov, rx.elem, collect_run, &l);
         if (l.ordered) {
             rc = check_and_copy(ck, ei, ci, &rx, &l, 1);
             free(l.r);
@@ -1034,7 +1060,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     }
     if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
     r->verified = 1;
-    return box_runs(&c->box, r->strides, want, ov, rx.elem, copy_run, &rx);
+    return box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
 }
 
 /* One overlap to read: want k's part in chunk ci of its entry, ordered by where the item lies. */
@@ -1104,7 +1130,8 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, size_t ci, small_rd *
     sck_box ov;
     box_intersect(&c->box, x->box, &ov);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    box_runs(&c->box, r->strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    int64_t sb[SCK_MAX_DIMS];
+    box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
     *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst};

@@ -11,12 +11,15 @@
 #define CK_IO_BUFFERED 2
 #define SMALL_ITEM (1u << 20)        /* items up to this size are read whole, with the items after them */
 
+/* 16 bytes a chunk: a load of 80 000 chunks makes one of these per chunk on every rank, and fresh
+ * memory is not free. */
 typedef struct ck_res {
-    int done;
     uint64_t data_off;              /* absolute file offset of element 0 of the chunk's view */
-    int64_t strides[SCK_MAX_DIMS];  /* element strides of the stored view */
-    int swap;                       /* stored big-endian */
-    int verified;                   /* the item's bytes matched its CRC-32C */
+    uint32_t strides;               /* element strides of the stored view: 0, row-major over the chunk's
+                                     * box (box_strides; every item we write), else ck->strides[k - 1] */
+    uint8_t done;
+    uint8_t swap;                   /* stored big-endian */
+    uint8_t verified;               /* the item's bytes matched its CRC-32C */
 } ck_res;
 
 /* Where an item lies: the index of items by file and offset finds the one after a given item. */
@@ -58,6 +61,8 @@ struct sck_ckpt {
     ck_file *files;                 /* parallel to m.files */
     ck_res **res;                   /* per entry, per chunk: into res_pool, made on the first resolve */
     ck_res *res_pool;
+    int64_t (*strides)[SCK_MAX_DIMS]; /* views that are not row-major (ck_res.strides) */
+    size_t nstrides, capstrides;
     size_t res_pool_n;
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */

@@ -27,6 +27,8 @@ def reference_tensors():
         # plain tensors, replicated on both ranks
         "model.b": torch.arange(6, dtype=torch.float32) / 3.0 - 1.0,
         "optim.step_t": torch.tensor(7.25, dtype=torch.float32),  # 0-d, like optimizer "step"
+        # a transposed view: clone() keeps its strides (1, 4), so torch.save stores it column-major
+        "model.wt": (torch.arange(12, dtype=torch.float32).reshape(3, 4) * 0.5).t(),
     }
 
 
