@@ -27,19 +27,22 @@ static int64_t box_end(int64_t off, int64_t size) {
 
 int box_intersect(const sck_box *a, const sck_box *b, sck_box *out) {
     if (a->ndim != b->ndim || a->ndim < 0 || a->ndim > SCK_MAX_DIMS) return 0;
-    sck_box r;
-    memset(&r, 0, sizeof r);
-    r.ndim = a->ndim;
+    int64_t lo[SCK_MAX_DIMS], hi[SCK_MAX_DIMS];
+    /* Most calls are misses (a box against every saved chunk of its tensor): nothing is written until
+     * every dimension overlaps. */
     for (int d = 0; d < a->ndim; d++) {
         if (a->size[d] <= 0 || b->size[d] <= 0) return 0;
-        int64_t lo = a->off[d] > b->off[d] ? a->off[d] : b->off[d];
+        lo[d] = a->off[d] > b->off[d] ? a->off[d] : b->off[d];
         int64_t ea = box_end(a->off[d], a->size[d]), eb = box_end(b->off[d], b->size[d]);
-        int64_t hi = ea < eb ? ea : eb;
-        if (hi <= lo) return 0;
-        r.off[d] = lo;
-        r.size[d] = hi - lo;
+        hi[d] = ea < eb ? ea : eb;
+        if (hi[d] <= lo[d]) return 0;
     }
-    *out = r;
+    memset(out, 0, sizeof *out);
+    out->ndim = a->ndim;
+    for (int d = 0; d < a->ndim; d++) {
+        out->off[d] = lo[d];
+        out->size[d] = hi[d] - lo[d];
+    }
     return 1;
 }
 

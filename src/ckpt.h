@@ -94,8 +94,11 @@ struct sck_ckpt {
  * cache beside them when it matches (src/meta_side.h), else by decoding the pickle.  When the cache
  * served and wire is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL. */
 int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
-/* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m. */
-int ckpt_from_model(const char *dir, ck_meta *m, sck_ckpt **out);
+/* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m.  Checks that
+ * no two chunks of a tensor overlap (SCK_ERR_COVERAGE) unless `checked`: the model is one rank 0 built
+ * and checked, decoded here from its broadcast bytes (the same check on the same bytes, on every rank,
+ * was a tenth of a small-tensor load's CPU). */
+int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out);
 /* Safetensors sources: a single file, or a directory with model.safetensors.index.json. */
 int ckpt_open_safetensors(const char *path, sck_ckpt **out);
 /* Resolves where chunk ci of tensor entry ei keeps its elements (zip + data.pkl checked against the

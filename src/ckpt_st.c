@@ -90,5 +90,5 @@ int ckpt_open_safetensors(const char *path, sck_ckpt **out) {
         ck_meta_free(&m);
         return rc;
     }
-    return ckpt_from_model(dir, &m, out);
+    return ckpt_from_model(dir, &m, 0, out);
 }

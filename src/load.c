@@ -166,7 +166,7 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         ck_meta m;
         local = meta_wire_decode(buf, n, what, &m);
         free(buf);
-        if (!local) local = ckpt_from_model(dir, &m, ck);
+        if (!local) local = ckpt_from_model(dir, &m, 1, ck); /* rank 0 checked the same model */
     }
     return agree_opened(comm, local, ck);
 }

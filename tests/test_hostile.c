@@ -21,6 +21,25 @@ static void put_metadata(const char *dir, const void *p, size_t n) {
 }
 
 /* Open and load must both fail with `st` and a message containing `msg`. */
+typedef struct ranks_load {
+    const char *dir;
+    int rc[3];
+    char msg[3][512];
+} ranks_load;
+
+static int load_rank(sck_comm *c, void *arg) {
+    ranks_load *l = arg;
+    int r = sck_comm_rank(c);
+    sck_state *s = sck_state_new();
+    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
+    l->rc[r] = sck_load(c, l->dir, s, &o);
+    snprintf(l->msg[r], sizeof l->msg[r], "%s", sck_last_error());
+    sck_state_free(s);
+    return l->rc[r];
+}
+
+/* Refused by sck_ckpt_open, by a one-process load, and on every rank of a 3-rank load (where rank 0
+ * decodes and checks the model and the others take its verdict). */
 static void refused(const char *dir, int st, const char *msg) {
     sck_ckpt *ck = NULL;
     int rc = sck_ckpt_open(dir, &ck);
@@ -37,6 +56,16 @@ static void refused(const char *dir, int st, const char *msg) {
         CHECK(0);
     }
     sck_state_free(s);
+    ranks_load l;
+    memset(&l, 0, sizeof l);
+    l.dir = dir;
+    sck_threads_run(3, load_rank, &l);
+    for (int r = 0; r < 3; r++) {
+        if (l.rc[r] != st || !strstr(l.msg[r], msg)) {
+            fprintf(stderr, "  rank %d of 3: got %d (%s), wanted %d with \"%s\"\n", r, l.rc[r], l.msg[r], st, msg);
+            CHECK(0);
+        }
+    }
 }
 
 static const char *sub(const char *name) {
