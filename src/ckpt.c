@@ -803,12 +803,12 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
 
 /* The runs of an item another rank checks, and no more of it: long runs straight into the destination;
  * many short runs in file order (column blocks) in one pass from the first to the end of the last,
- * read ahead as the checked pass is, rather than run by run through the windows. */
+ * read ahead as the checked pass is, rather than run by run through the windows.  nruns: how many
+ * runs the overlap has (read_overlap counted them). */
 static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, const int64_t *strides,
-                             run_ctx *rx) {
+                             run_ctx *rx, size_t nruns) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    box_runs(&c->box, strides, want, ov, rx->elem, collect_run, &l);
+    run_list l = {NULL, nruns, 0, 1, 0, 0, 0};
     if (c->length <= SMALL_ITEM && l.n <= FEW_RUNS) {
         /* A part of a small item (a row block of a reshard): a window would bring in the whole item
          * and its neighbours, which the item's owner reads already. */
@@ -1022,7 +1022,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     if (ahead && !piped) prefetch_next(ck, c);
     if (!check) {
         rc = cb     ? read_combined(ck, cb, want, ov, strides, &rx)
-             : peer ? copy_peer_checked(ck, ei, ci, want, ov, strides, &rx)
+             : peer ? copy_peer_checked(ck, ei, ci, want, ov, strides, &rx, l.n)
                     : box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
