@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,7 +62,8 @@ void sck_ckpt_close(sck_ckpt *ck) {
     for (size_t i = 0; i < ck->ncombs; i++) free(ck->combs[i].r);
     free(ck->combs);
     free(ck->segs);
-    ck_meta_free(&ck->m);
+    if (ck->shared) ckpt_shared_release(ck->shared, 1);
+    else ck_meta_free(&ck->m);
     free(ck->dir);
     free(ck->order);
     free(ck->spans);
@@ -91,32 +93,73 @@ static int check_overlaps(const sck_ckpt *ck) {
     return rc;
 }
 
-int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out) {
-    *out = NULL;
+/* A new sck_ckpt for dir on model m (a struct copy: the caller settles who owns the model). */
+static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
     sck_ckpt *ck = calloc(1, sizeof *ck);
-    if (!ck) {
-        ck_meta_free(m);
-        return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
-    }
+    if (!ck) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     ck->m = *m;
-    memset(m, 0, sizeof *m);
     ck->dir = sck_strdup(dir);
-    ck->files = calloc(ck->m.nfiles ? ck->m.nfiles : 1, sizeof *ck->files);
-    ck->res = calloc(ck->m.n ? ck->m.n : 1, sizeof *ck->res);
+    ck->files = calloc(m->nfiles ? m->nfiles : 1, sizeof *ck->files);
+    ck->res = calloc(m->n ? m->n : 1, sizeof *ck->res);
     if (!ck->dir || !ck->files || !ck->res) {
-        sck_ckpt_close(ck);
+        free(ck->dir);
+        free(ck->files);
+        free(ck->res);
+        free(ck);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
-    for (size_t i = 0; i < ck->m.nfiles; i++) ck->files[i].fd = ck->files[i].dfd = ck->files[i].sfd = -1;
+    for (size_t i = 0; i < m->nfiles; i++) ck->files[i].fd = ck->files[i].dfd = ck->files[i].sfd = -1;
     rc_init(&ck->rc);
     ck->verify = 1;
-    int rc = checked ? SCK_OK : check_overlaps(ck);
+    ck->nranks = 1;
+    *out = ck;
+    return SCK_OK;
+}
+
+int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out) {
+    *out = NULL;
+    sck_ckpt *ck;
+    int rc = ckpt_alloc(dir, m, &ck);
     if (rc) {
+        ck_meta_free(m);
+        return rc;
+    }
+    memset(m, 0, sizeof *m);
+    if ((rc = checked ? SCK_OK : check_overlaps(ck))) {
         sck_ckpt_close(ck);
         return rc;
     }
     *out = ck;
     return SCK_OK;
+}
+
+struct ck_shared {
+    ck_meta m;
+    atomic_int refs;
+};
+
+int ckpt_share(sck_ckpt *ck, int extra, ck_shared **out) {
+    ck_shared *s = malloc(sizeof *s);
+    if (!s) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", ck->dir);
+    s->m = ck->m;
+    atomic_init(&s->refs, 1 + extra);
+    ck->shared = *out = s;
+    return SCK_OK;
+}
+
+int ckpt_from_shared(const char *dir, ck_shared *s, sck_ckpt **out) {
+    *out = NULL;
+    int rc = ckpt_alloc(dir, &s->m, out);
+    if (rc) ckpt_shared_release(s, 1);
+    else (*out)->shared = s;
+    return rc;
+}
+
+void ckpt_shared_release(ck_shared *s, int n) {
+    if (n > 0 && atomic_fetch_sub(&s->refs, n) == n) {
+        ck_meta_free(&s->m);
+        free(s);
+    }
 }
 
 int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
@@ -1087,9 +1130,11 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
         return sck_err(SCK_ERR_INVALID_ARG, "'%s': requested box does not fit the stored shape", e->key);
     uint64_t need = box_numel(w->box), got = 0;
     if (need == 0) return SCK_OK;
-    for (size_t ci = 0; ci < e->nchunks; ci++) {
-        sck_box ov;
-        if (!box_intersect(&e->chunks[ci].box, w->box, &ov)) continue;
+    ck_ov_it it;
+    size_t ci;
+    sck_box ov;
+    ck_ov_begin(&it, e, w->box, ckpt_chunk_hint(ck, e));
+    while (ck_ov_next(&it, &ci, &ov)) {
         got += box_numel(&ov);
         if (*m == *cap) {
             size_t c2 = *cap ? 2 * *cap : 64;
@@ -1100,10 +1145,9 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
         }
         (*op)[(*m)++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci};
     }
-    if (got != need)
-        return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (%s)", e->key,
-                       (unsigned long long)got, (unsigned long long)need,
-                       got < need ? "the checkpoint has holes" : "saved chunks overlap");
+    if (got != need) /* never more: saved chunks do not overlap */
+        return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",
+                       e->key, (unsigned long long)got, (unsigned long long)need);
     return SCK_OK;
 }
 

@@ -55,9 +55,13 @@ typedef struct ck_file {
     uint64_t size;
 } ck_file;
 
+/* A model the thread-ranks of one load read together (ckpt_share): the last close frees it. */
+typedef struct ck_shared ck_shared;
+
 struct sck_ckpt {
     char *dir;
-    ck_meta m;
+    ck_meta m;                      /* read-only once built; owned unless `shared` */
+    ck_shared *shared;              /* m is a copy of a shared model's struct, or NULL */
     ck_file *files;                 /* parallel to m.files */
     ck_res **res;                   /* per entry, per chunk: into res_pool, made on the first resolve */
     ck_res *res_pool;
@@ -90,6 +94,11 @@ struct sck_ckpt {
                                      * against it (sck_ckpt_verify), rather than trusting them */
 };
 
+/* Where ck_ov_begin starts on entry e: a same-layout load's rank r wants what rank r of as many saved. */
+static inline size_t ckpt_chunk_hint(const sck_ckpt *ck, const ck_entry *e) {
+    return e->nchunks * (size_t)ck->rank / (size_t)(ck->nranks > 0 ? ck->nranks : 1);
+}
+
 /* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read: from the model
  * cache beside them when it matches (src/meta_side.h), else by decoding the pickle.  When the cache
  * served and wire is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL. */
@@ -99,6 +108,14 @@ int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt 
  * and checked, decoded here from its broadcast bytes (the same check on the same bytes, on every rank,
  * was a tenth of a small-tensor load's CPU). */
 int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out);
+/* Makes ck's model shared with `extra` more sck_ckpt, each made by ckpt_from_shared, and returns it:
+ * thread-ranks of one process then decode and hold one model, not one each.  Errors: SCK_ERR_NOMEM. */
+int ckpt_share(sck_ckpt *ck, int extra, ck_shared **out);
+/* Builds an sck_ckpt for `dir` on shared model s, taking over one of its references (on failure too).
+ * The model was checked where it was built.  Errors: SCK_ERR_NOMEM. */
+int ckpt_from_shared(const char *dir, ck_shared *s, sck_ckpt **out);
+/* Drops n references to s (those of ranks that never got it); the last one frees the model. */
+void ckpt_shared_release(ck_shared *s, int n);
 /* Safetensors sources: a single file, or a directory with model.safetensors.index.json. */
 int ckpt_open_safetensors(const char *path, sck_ckpt **out);
 /* Resolves where chunk ci of tensor entry ei keeps its elements (zip + data.pkl checked against the

@@ -14,6 +14,9 @@ struct sck_comm {
 int comm_allgatherv(sck_comm *c, const void *send, size_t n, void **recv, size_t *counts);
 int comm_bcast(sck_comm *c, void **buf, size_t *n, int root);
 int comm_barrier(sck_comm *c);
+/* 1 if every rank of c is a thread of this process (sck_threads_run): a pointer one rank broadcasts
+ * is valid on all of them, so read-only data can be shared instead of copied. */
+int comm_in_process(const sck_comm *c);
 
 /* Every rank passes its local status (message in this thread's last error).  All ranks return the
  * status of the lowest failing rank, with that rank's message prefixed by "rank R: ", or SCK_OK if

@@ -114,6 +114,8 @@ static void th_destroy(void *vctx) { free(vctx); }
 
 static const sck_comm_ops threads_ops = {th_allgatherv, th_bcast, th_barrier, th_destroy};
 
+int comm_in_process(const sck_comm *c) { return c->ops == &threads_ops; }
+
 typedef struct trun {
     tgroup *g;
     sck_comm *comm;

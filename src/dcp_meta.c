@@ -87,10 +87,36 @@ int ck_meta_finish(ck_meta *m, const char *what) {
     return SCK_OK;
 }
 
+void ck_ov_begin(ck_ov_it *it, const ck_entry *e, const sck_box *want, size_t from) {
+    it->e = e;
+    it->want = want;
+    it->left = box_numel(want);
+    it->from = e->nchunks ? from % e->nchunks : 0;
+    it->k = 0;
+}
+
+int ck_ov_next(ck_ov_it *it, size_t *ci, sck_box *ov) {
+    while (it->left && it->k < it->e->nchunks) {
+        size_t c = it->from + it->k++;
+        if (c >= it->e->nchunks) c -= it->e->nchunks;
+        if (!box_intersect(&it->e->chunks[c].box, it->want, ov)) continue;
+        uint64_t n = box_numel(ov);
+        it->left = n < it->left ? it->left - n : 0;
+        *ci = c;
+        return 1;
+    }
+    return 0;
+}
+
 size_t ck_meta_nchunks(const ck_meta *m) {
     size_t n = 0;
     for (size_t i = 0; i < m->n; i++) n += m->e[i].nchunks;
     return n;
+}
+
+long ck_meta_find_near(const ck_meta *m, const char *key, long hint) {
+    if (hint >= 0 && (size_t)hint < m->n && !strcmp(m->e[hint].key, key)) return hint;
+    return ck_meta_find(m, key);
 }
 
 long ck_meta_find(const ck_meta *m, const char *key) {

@@ -56,6 +56,21 @@ int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx);
 int ck_meta_finish(ck_meta *m, const char *what);
 /* Binary search; -1 if absent (after ck_meta_finish). */
 long ck_meta_find(const ck_meta *m, const char *key);
+/* ck_meta_find, trying entry `hint` first (one compare when keys are looked up in sorted order). */
+long ck_meta_find_near(const ck_meta *m, const char *key, long hint);
+/* The chunks of entry e that overlap box `want`, in turn, from chunk `from` on and wrapping around (a
+ * hint: where a rank's own part usually is).  An open checkpoint's chunks never overlap (sck_ckpt
+ * checks), so the walk stops once the overlaps found cover want: a box that one chunk holds costs
+ * one intersection, not one per chunk. */
+typedef struct ck_ov_it {
+    const ck_entry *e;
+    const sck_box *want;
+    uint64_t left;          /* elements of want no overlap found so far covers */
+    size_t from, k;
+} ck_ov_it;
+void ck_ov_begin(ck_ov_it *it, const ck_entry *e, const sck_box *want, size_t from);
+/* The next overlapping chunk: its index in *ci, the overlap in *ov.  0 when there is none. */
+int ck_ov_next(ck_ov_it *it, size_t *ci, sck_box *ov);
 /* Chunks of every entry together. */
 size_t ck_meta_nchunks(const ck_meta *m);
 /* 1 if a data file name is a plain name inside the checkpoint directory (no '/', '\\', "." or ".."). */

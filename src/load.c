@@ -74,20 +74,35 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
     return SCK_OK;
 }
 
+/* The model's entry for each of st's entries, or -1 (caller frees; NULL: out of memory).  A state's
+ * keys mostly come in the model's sorted order, so each search first tries the entry after the last. */
+static long *find_entries(const sck_ckpt *ck, const sck_state *st) {
+    long *found = malloc((st->n ? st->n : 1) * sizeof *found);
+    long next = 0;
+    for (size_t i = 0; found && i < st->n; i++) {
+        found[i] = ck_meta_find_near(&ck->m, st->e[i].key, next);
+        if (found[i] >= 0) next = found[i] + 1;
+    }
+    return found;
+}
+
 /* Bytes entries are read as they come; tensor entries are checked first and their boxes then read
- * together, in file order (ckpt_read_boxes). */
-static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
+ * together, in file order (ckpt_read_boxes).  found: find_entries. */
+static int load_local(sck_ckpt *ck, sck_state *st, const long *found, unsigned flags) {
     size_t npieces = 0, nw = 0;
     for (size_t i = 0; i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
     ck_want *w = malloc((npieces ? npieces : 1) * sizeof *w);
-    long *found = malloc((st->n ? st->n : 1) * sizeof *found);
-    int rc = w && found ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
+    uint8_t *asked = calloc(ck->m.n ? ck->m.n : 1, 1); /* per model entry: some state entry names it */
+    int rc = w && asked ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     for (size_t i = 0; !rc && i < st->n; i++) {
         st_entry *e = &st->e[i];
-        long ci = found[i] = ck_meta_find(&ck->m, e->key);
+        long ci = found[i];
         if (ci < 0) {
             if (!(flags & SCK_LOAD_ALLOW_MISSING)) rc = sck_err(SCK_ERR_MISSING_KEY, "'%s': not in checkpoint %s", e->key, ck->dir);
-        } else if (e->kind != ENT_TENSOR) {
+            continue;
+        }
+        asked[ci] = 1;
+        if (e->kind != ENT_TENSOR) {
             if (!(rc = load_bytes(ck, (size_t)ci, e))) e->loaded = 1;
         } else if (!(rc = check_tensor(ck, (size_t)ci, e))) {
             for (size_t p = 0; p < e->npieces; p++) w[nw++] = (ck_want){(size_t)ci, &e->pieces[p].box, e->pieces[p].data};
@@ -96,17 +111,16 @@ static int load_local(sck_ckpt *ck, sck_state *st, unsigned flags) {
     if (!rc) rc = ckpt_read_boxes(ck, w, nw);
     for (size_t i = 0; !rc && i < st->n; i++)
         if (found[i] >= 0 && st->e[i].kind == ENT_TENSOR) st->e[i].loaded = 1;
-    free(w);
-    free(found);
-    if (rc) return rc;
-    for (size_t i = 0; i < ck->m.n; i++) {
-        if (state_find(st, ck->m.e[i].key)) continue;
+    for (size_t i = 0; !rc && i < ck->m.n; i++) {
+        if (asked[i]) continue;
         if (flags & SCK_LOAD_REJECT_UNEXPECTED)
-            return sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ck->m.e[i].key, ck->dir);
-        int rc2 = state_add_unexpected(st, ck->m.e[i].key);
-        if (rc2) return rc2;
+            rc = sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ck->m.e[i].key, ck->dir);
+        else
+            rc = state_add_unexpected(st, ck->m.e[i].key);
     }
-    return SCK_OK;
+    free(w);
+    free(asked);
+    return rc;
 }
 
 /* Ends open_resolved's last collective: a rank that opened the checkpoint closes it again when
@@ -120,9 +134,47 @@ static int agree_opened(sck_comm *comm, int local, sck_ckpt **ck) {
     return rc;
 }
 
+/* Thread-ranks of one process: rank 0 decodes .metadata and the others read its model through a
+ * broadcast pointer (ckpt_share); each still opens its own files and keeps its own caches.  Every
+ * rank that gets the pointer holds a reference; rank 0 drops those of ranks that never got it. */
+static int open_shared(sck_comm *comm, const char *dir, const char *mp, sck_ckpt **ck) {
+    ck_shared *s = NULL;
+    int local = SCK_OK;
+    if (comm->rank == 0) {
+        uint8_t *data = NULL;
+        size_t n = 0;
+        local = sck_read_file(mp, &data, &n);
+        if (!local) local = ckpt_from_metadata(dir, data, n, ck, NULL, NULL);
+        free(data);
+        if (!local) local = ckpt_share(*ck, comm->size - 1, &s);
+    }
+    int rc = agree_opened(comm, local, ck);
+    if (rc) {
+        if (s) ckpt_shared_release(s, comm->size - 1);
+        return rc;
+    }
+    void *buf = &s;
+    size_t n = sizeof s;
+    if ((rc = comm_bcast(comm, &buf, &n, 0))) { /* every rank sees the failure */
+        if (comm->rank == 0) {
+            ckpt_shared_release(s, comm->size - 1);
+            sck_ckpt_close(*ck);
+            *ck = NULL;
+        }
+        return rc;
+    }
+    if (comm->rank != 0) {
+        memcpy(&s, buf, sizeof s);
+        free(buf);
+        local = ckpt_from_shared(dir, s, ck);
+    }
+    return agree_opened(comm, local, ck);
+}
+
 /* DCP directories: rank 0 reads and decodes .metadata once and broadcasts the decoded model
  * (src/meta_wire.h); the other ranks rebuild it with a few allocations instead of each parsing the
- * pickle into an object tree.  Other sources are small headers every rank reads itself. */
+ * pickle into an object tree (open_shared when they are threads of one process).  Other sources are
+ * small headers every rank reads itself. */
 static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     struct stat sb;
     char mp[4096];
@@ -132,6 +184,7 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     int agreed = comm_agree(comm, SCK_OK); /* everyone sees the same answer for is_dcp only if the FS is shared */
     if (agreed) return agreed;
     if (!is_dcp || comm->size == 1) return agree_opened(comm, sck_ckpt_open(dir, ck), ck);
+    if (comm_in_process(comm)) return open_shared(comm, dir, mp, ck);
     sck_buf wire;
     sck_buf_init(&wire);
     int local = SCK_OK;
@@ -193,13 +246,12 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     ck->io = flags & SCK_LOAD_DIRECT_IO ? CK_IO_DIRECT : flags & SCK_LOAD_BUFFERED_IO ? CK_IO_BUFFERED : CK_IO_AUTO;
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */
-    rc = lc_assign(comm, ck, st);
-    if (rc) {
-        sck_ckpt_close(ck);
-        return rc;
-    }
+    long *found = find_entries(ck, st);
+    int local = found ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
+    rc = lc_assign(comm, ck, st, found); /* without `found`, this rank's part fails with NOMEM */
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
-    rc = lc_finish(comm, ck, load_local(ck, st, flags));
+    if (!rc) rc = lc_finish(comm, ck, found ? load_local(ck, st, found, flags) : local);
+    free(found);
     sck_ckpt_close(ck);
     return rc;
 }

@@ -57,7 +57,7 @@ static int add_runs(sck_ckpt *ck, size_t ei, size_t ci, uint64_t g, const sck_bo
     return SCK_OK;
 }
 
-int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len) {
+int lc_needs(sck_ckpt *ck, const sck_state *st, const long *found, uint8_t **wire, size_t *wire_len) {
     *wire = NULL;
     *wire_len = 0;
     size_t *base = item_bases(&ck->m);
@@ -73,16 +73,19 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, uint8_t **wire, size_t *wire_len
     for (int pass = 0; pass < 1 + !!partial; pass++) {
         for (size_t i = 0; !rc && i < st->n; i++) {
             const st_entry *e = &st->e[i];
-            long ei = e->kind == ENT_TENSOR ? ck_meta_find(&ck->m, e->key) : -1;
+            long ei = e->kind == ENT_TENSOR ? found[i] : -1;
             if (ei < 0 || !readable(&ck->m.e[ei], e)) continue;
             const ck_entry *ce = &ck->m.e[ei];
             uint64_t elem = sck_dtype_size(e->dtype);
             for (size_t p = 0; !rc && p < e->npieces; p++) {
                 const sck_box *want = &e->pieces[p].box;
                 if (!box_within(want, ce->shape)) continue;
-                for (size_t ci = 0; !rc && ci < ce->nchunks; ci++) {
-                    sck_box ov;
-                    if (!ce->chunks[ci].has_crc || !box_intersect(&ce->chunks[ci].box, want, &ov)) continue;
+                ck_ov_it it;
+                size_t ci;
+                sck_box ov;
+                ck_ov_begin(&it, ce, want, ckpt_chunk_hint(ck, ce));
+                while (!rc && ck_ov_next(&it, &ci, &ov)) {
+                    if (!ce->chunks[ci].has_crc) continue;
                     uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
                     /* A rank reading the whole chunk reads the whole item: it is the owner, checks it
                      * whole and combines nothing (plan_comb), so its runs are not needed and the item
@@ -349,12 +352,12 @@ static int parse_list(const uint8_t *p, size_t len, lc_need **l, lc_rng **g, siz
     return 1;
 }
 
-int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st) {
+int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st, const long *found) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     size_t wlen = 0;
     uint8_t *wire = NULL;
-    int local = ck->verify ? lc_needs(ck, st, &wire, &wlen) : SCK_OK;
+    int local = !found ? SCK_ERR_NOMEM : ck->verify ? lc_needs(ck, st, found, &wire, &wlen) : SCK_OK;
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     size_t *nr = calloc((size_t)comm->size, sizeof *nr);
     lc_need **lists = calloc((size_t)comm->size, sizeof *lists);

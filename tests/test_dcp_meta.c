@@ -197,3 +197,90 @@ TEST(dcp_meta_random_mutations_never_crash) {
     sck_buf_free(&b);
     ck_meta_free(&m);
 }
+
+/* A 3 x 4 grid of chunks over a 9 x 8 tensor (rows 0-3, 3-6, 6-9; columns 2 each). */
+static void grid_entry(ck_entry *e, ck_chunk *chunks) {
+    memset(e, 0, sizeof *e);
+    e->ndim = 2;
+    e->shape[0] = 9;
+    e->shape[1] = 8;
+    e->chunks = chunks;
+    e->nchunks = 12;
+    for (int i = 0; i < 12; i++) {
+        memset(&chunks[i], 0, sizeof chunks[i]);
+        chunks[i].box.ndim = 2;
+        chunks[i].box.off[0] = 3 * (i / 4), chunks[i].box.size[0] = 3;
+        chunks[i].box.off[1] = 2 * (i % 4), chunks[i].box.size[1] = 2;
+    }
+}
+
+TEST(dcp_meta_overlap_walk_finds_every_overlap_from_any_start) {
+    ck_chunk chunks[12];
+    ck_entry e;
+    grid_entry(&e, chunks);
+    uint64_t x = 0x9e3779b97f4a7c15ull;
+    for (int it = 0; it < 3000; it++) {
+        x ^= x << 13; x ^= x >> 7; x ^= x << 17;
+        sck_box want = {2, {0}, {0}};
+        want.off[0] = (int64_t)(x % 9), want.size[0] = 1 + (int64_t)((x >> 8) % (uint64_t)(9 - want.off[0]));
+        want.off[1] = (int64_t)((x >> 16) % 8), want.size[1] = 1 + (int64_t)((x >> 24) % (uint64_t)(8 - want.off[1]));
+        size_t from = (size_t)(x >> 32) % 20; /* past nchunks too: it wraps */
+        int expect[12] = {0}, seen[12] = {0}, nexpect = 0;
+        for (int c = 0; c < 12; c++) {
+            sck_box ov;
+            nexpect += expect[c] = box_intersect(&chunks[c].box, &want, &ov);
+        }
+        ck_ov_it w;
+        size_t ci;
+        sck_box ov;
+        uint64_t got = 0;
+        int n = 0;
+        ck_ov_begin(&w, &e, &want, from);
+        while (ck_ov_next(&w, &ci, &ov)) {
+            REQUIRE(ci < 12);
+            CHECK(expect[ci] && !seen[ci]);
+            sck_box again;
+            CHECK(box_intersect(&chunks[ci].box, &want, &again) && !memcmp(&again, &ov, sizeof ov));
+            seen[ci] = 1;
+            got += box_numel(&ov);
+            n++;
+        }
+        CHECK(n == nexpect);
+        CHECK(got == box_numel(&want));
+    }
+    /* A box inside one chunk: found first when the walk starts there, and the walk then stops. */
+    sck_box inside = {2, {3, 4}, {2, 1}};
+    ck_ov_it w;
+    size_t ci;
+    sck_box ov;
+    ck_ov_begin(&w, &e, &inside, 6);
+    REQUIRE(ck_ov_next(&w, &ci, &ov));
+    CHECK(ci == 6);
+    CHECK(w.k == 1);
+    CHECK(!ck_ov_next(&w, &ci, &ov));
+    CHECK(w.k == 1); /* no chunk after the covering one was intersected */
+    /* A hole: the walk visits every chunk and the overlaps fall short. */
+    e.nchunks = 11; /* chunk 11 (rows 6-9, columns 6-8) missing */
+    sck_box corner = {2, {5, 5}, {4, 3}};
+    ck_ov_begin(&w, &e, &corner, 0);
+    uint64_t got = 0;
+    while (ck_ov_next(&w, &ci, &ov)) got += box_numel(&ov);
+    CHECK(got == box_numel(&corner) - 6);
+    CHECK(w.k == 11);
+}
+
+TEST(dcp_meta_find_near_any_hint) {
+    ck_meta m;
+    build_model(&m, 50);
+    for (long i = 0; i < 50; i++) {
+        const char *key = m.e[i].key;
+        CHECK(ck_meta_find_near(&m, key, i) == i);
+        CHECK(ck_meta_find_near(&m, key, 49 - i) == i);
+        CHECK(ck_meta_find_near(&m, key, -1) == i);
+        CHECK(ck_meta_find_near(&m, key, 50) == i);
+        CHECK(ck_meta_find_near(&m, key, 1000000) == i);
+    }
+    CHECK(ck_meta_find_near(&m, "model.layer9999.weight", 3) == -1);
+    CHECK(ck_meta_find_near(&m, "", 0) == -1);
+    ck_meta_free(&m);
+}

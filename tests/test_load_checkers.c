@@ -401,7 +401,9 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
         REQUIRE_OK(sck_state_add_box(st, "w", SCK_F32, 2, ws, wo, wz, g.w));
         uint8_t *wire = NULL;
         size_t n = 0;
-        REQUIRE_OK(lc_needs(ck, st, &wire, &n));
+        long found[1] = {sck_ckpt_find(ck, "w")};
+        REQUIRE(found[0] >= 0);
+        REQUIRE_OK(lc_needs(ck, st, found, &wire, &n));
         /* one record: {item, bytes, runs} and, when partial, its one run {offset, length} */
         uint64_t rec[5] = {0};
         CHECK(n == (partial ? 5 : 3) * sizeof(uint64_t));
