@@ -354,6 +354,10 @@ static const int64_t *res_strides(const sck_ckpt *ck, const ck_chunk *c, const c
 }
 
 /* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
+/* Whether resolving chunk c reads its item's headers (zip directory, data.pkl): not for raw payloads,
+ * nor for our own items, whose payload offset the model cache records. */
+static int resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && !ck->full_resolve); }
+
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -386,7 +390,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         r->done = 1;
         return SCK_OK;
     }
-    if (c->payload && !ck->full_resolve) { /* our own item: the model cache says where its payload is */
+    if (!resolve_reads(ck, c)) { /* our own item: the model cache says where its payload is */
         if (need > c->length - c->payload)
             return sck_err(SCK_ERR_FORMAT, "%s: a payload of %llu bytes at %llu does not fit the item", what, (unsigned long long)need,
                            (unsigned long long)c->payload);
@@ -876,6 +880,7 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
 
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    if (!resolve_reads(ck, c)) return; /* asking would only pull in bytes the reads may not need, now */
     int fd;
     uint64_t fsize;
     if (get_file(ck, c->file, &fd, &fsize) != SCK_OK) {
