@@ -142,10 +142,13 @@ typedef struct job {
     uint8_t *mem;
     const char *dir;
     int op;
-    double secs;
     char err[1024];
     uint8_t *copy_to;         /* OP_MEMCPY: destination region, laid out like mem */
-    double stall[MAX_RANKS];  /* OP_ASYNC: each rank's time in its second sck_save_async */
+    /* When each rank started and finished the timed part (OP_ASYNC: its second sck_save_async;
+     * OP_MEMCPY: its copy).  The time of an op is from the first start to the last finish: thread
+     * ranks on few CPUs do not all start at once, and one rank's own interval would leave out work
+     * the others did before it started (or, in a collective, count their late start as its wait). */
+    double t0[MAX_RANKS], t1[MAX_RANKS];
 } job;
 
 static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n, int by_cols) {
@@ -178,9 +181,9 @@ static int async_saves(sck_comm *c, job *j, sck_state *st) {
     int rc = h ? SCK_OK : SCK_ERR_NOMEM;
     for (int it = 0; it < 2 && !rc; it++) {
         rc = sck_comm_agree(c, rc);
-        double t0 = now_s();
+        j->t0[r] = now_s();
         if (!rc) rc = sck_save_async(h, c, j->dir, st, NULL);
-        j->stall[r] = now_s() - t0;
+        j->t1[r] = now_s();
         if (!rc) rc = sck_wait(h);
     }
     sck_async_free(h);
@@ -203,7 +206,7 @@ static int rank_fn(sck_comm *c, void *arg) {
     sck_state *st = sck_state_new();
     int rc = st ? add_boxes(st, j->L, j->mem, r, n, j->op == OP_LOAD_COLS) : SCK_ERR_NOMEM;
     rc = sck_comm_agree(c, rc); /* doubles as the start barrier */
-    double t0 = now_s();
+    j->t0[r] = now_s();
     sck_save_opts so = {SCK_SAVE_DIRECT_IO, 0, {0}};
     if (rc) {
     } else if (j->op == OP_SAVE || j->op == OP_SAVE_DIRECT) {
@@ -211,15 +214,15 @@ static int rank_fn(sck_comm *c, void *arg) {
     } else if (j->op == OP_ASYNC) {
         rc = async_saves(c, j, st);
     } else if (j->op == OP_MEMCPY) {
-        rc = sck_comm_agree(c, memcpy_rank(j->L, j->mem, j->copy_to, r, n));
+        rc = memcpy_rank(j->L, j->mem, j->copy_to, r, n);
+        j->t1[r] = now_s();
+        rc = sck_comm_agree(c, rc);
     } else {
         sck_load_opts lo = {j->op == OP_LOAD_DIRECT ? SCK_LOAD_DIRECT_IO : 0, {0}};
         rc = sck_load(c, j->dir, st, &lo);
     }
-    if (r == 0) {
-        j->secs = now_s() - t0;
-        if (rc) snprintf(j->err, sizeof j->err, "%s", sck_last_error());
-    }
+    if (j->op != OP_ASYNC && j->op != OP_MEMCPY) j->t1[r] = now_s();
+    if (r == 0 && rc) snprintf(j->err, sizeof j->err, "%s", sck_last_error());
     sck_state_free(st);
     return rc;
 }
@@ -229,7 +232,7 @@ static const char *op_name(int op) {
     return names[op];
 }
 
-/* Runs op on nranks thread-ranks; returns rank 0's seconds (OP_ASYNC: the longest stall), or -1. */
+/* Runs op on nranks thread-ranks; returns its seconds (first start to last finish, see job), or -1. */
 static double run_sck_to(const layout *L, uint8_t *mem, uint8_t *copy_to, int nranks, const char *dir, int op, uint64_t *rss_extra) {
     static job j; /* big (per-rank stalls); runs are sequential */
     memset(&j, 0, sizeof j);
@@ -242,12 +245,12 @@ static double run_sck_to(const layout *L, uint8_t *mem, uint8_t *copy_to, int nr
         fprintf(stderr, "bench: shardckpt %s with %d ranks failed: %s\n", op_name(op), nranks, j.err);
         return -1;
     }
-    if (op == OP_ASYNC) {
-        double m = 0;
-        for (int r = 0; r < nranks && r < MAX_RANKS; r++) m = j.stall[r] > m ? j.stall[r] : m;
-        return m;
+    double first = j.t0[0], last = j.t1[0];
+    for (int r = 1; r < nranks && r < MAX_RANKS; r++) {
+        first = j.t0[r] < first ? j.t0[r] : first;
+        last = j.t1[r] > last ? j.t1[r] : last;
     }
-    return j.secs;
+    return last - first;
 }
 
 static double run_sck(const layout *L, uint8_t *mem, int nranks, const char *dir, int op, uint64_t *rss_extra) {
@@ -332,7 +335,7 @@ static void line(const char *op, const layout *L, const char *ranks, const meas 
     char sz[32], tgt[32] = "", tor[48] = "n/a | n/a", rd[16] = "n/a";
     size_name(sz, sizeof sz, L->bytes);
     double ratio = m->sck > 0 && m->raw > 0 ? m->raw / m->sck : 0;
-    if (target > 0) snprintf(tgt, sizeof tgt, "%s %.1f", ratio >= target ? "ok" : "BELOW", target);
+    if (target > 0) snprintf(tgt, sizeof tgt, "%s %.2g", ratio >= target ? "ok" : "BELOW", target);
     if (torch_s > 0) snprintf(tor, sizeof tor, "%.3f | %.1fx", gbs(L->bytes, torch_s), torch_s / m->sck);
     if (m->rawd > 0) snprintf(rd, sizeof rd, "%.3f", gbs(L->bytes, m->rawd));
     out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %s | %6.0f |\n", op, L->name, sz, ranks,
