@@ -1270,18 +1270,23 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
  * last item).  Ranks that read parts of the same items (a reshard) then start in different places,
  * several streams at once as the disk likes, each mostly finding the rest in the page cache when it
  * gets there; where every rank reads its own file, nothing moves. */
-static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
+uint64_t *ckpt_file_extents(const sck_ckpt *ck) {
     size_t nf = ck->m.nfiles;
     uint64_t *ext = calloc(nf ? nf : 1, sizeof *ext);
-    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
-    for (size_t i = 0; i < ck->m.n; i++)
+    for (size_t i = 0; ext && i < ck->m.n; i++)
         for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
             const ck_chunk *c = &ck->m.e[i].chunks[k];
             if (c->file < nf && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
         }
-    double target = (double)nf * ck->rank / ck->nranks;
+    return ext;
+}
+
+static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
+    uint64_t *ext = ckpt_file_extents(ck);
+    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
+    double target = (double)ck->m.nfiles * ck->rank / ck->nranks;
     size_t j = 0;
-    while (j < m && op[j].file + (ext[op[j].file] ? (double)op[j].off / (double)ext[op[j].file] : 0.0) < target) j++;
+    while (j < m && ckpt_file_pos(ext, op[j].file, op[j].off) < target) j++;
     free(ext);
     if (j == 0 || j == m) return SCK_OK;
     read_op *t = malloc(j * sizeof *t);

@@ -89,6 +89,8 @@ struct sck_ckpt {
     size_t nsegs, capsegs;
     int plan_failed;                /* out of memory planning this rank's share: the load must fail */
     int rank, nranks;               /* this reader among a load's ranks (0 of 1 outside a load) */
+    int one_cache;                  /* the load's ranks share one page cache (thread ranks): what one
+                                     * reads, the others then find there (load_checks' owners) */
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
                                      * against it (sck_ckpt_verify), rather than trusting them */
@@ -97,6 +99,16 @@ struct sck_ckpt {
 /* Where ck_ov_begin starts on entry e: a same-layout load's rank r wants what rank r of as many saved. */
 static inline size_t ckpt_chunk_hint(const sck_ckpt *ck, const ck_entry *e) {
     return e->nchunks * (size_t)ck->rank / (size_t)(ck->nranks > 0 ? ck->nranks : 1);
+}
+
+/* Each data file's extent (the end of its last item), m.nfiles values (caller frees; NULL: out of
+ * memory). */
+uint64_t *ckpt_file_extents(const sck_ckpt *ck);
+/* Where file offset `off` of file `file` lies, counted in files: the file's index plus how far into it
+ * (by its extent) the offset is.  Reading orders (ckpt_read_boxes) and check owners (load_checks)
+ * share the files among n ranks as n equal parts of this measure. */
+static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t off) {
+    return file + (ext[file] ? (double)off / (double)ext[file] : 0.0);
 }
 
 /* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read: from the model

@@ -275,13 +275,26 @@ static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at
     return 1;
 }
 
+/* Ranks sharing one page cache: the owner of a small item (read and checked whole by its owner) is the rank whose part of the files (the n
+ * equal parts ckpt_file_pos measures, in rank order, where each rank's reads also start) holds the
+ * item's offset, if that rank reads some of the item.  Each rank then reads whole items from one
+ * stretch of the files, like one stream of a plain parallel read, and the other ranks' runs in them
+ * come from the cache.  -1: no such rank (owner_at decides). */
+static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, const lc_need *const *all, const long *at, int nranks) {
+    if (!nfiles || c->file >= nfiles || c->length > SMALL_ITEM) return -1; /* large items combine CRCs instead */
+    int r = (int)(ckpt_file_pos(ext, c->file, c->offset) * nranks / (double)nfiles);
+    if (r >= nranks) r = nranks - 1;
+    return need_at(all, at, r) ? r : -1;
+}
+
 /* Marks in ck->peer_checks the items of `mine` (ascending) that another rank owns (1) or that are
  * checked by combining CRCs (2, with this rank's share in ck->combs).  Out of memory, it marks
  * nothing and sets ck->plan_failed: this load then fails with SCK_ERR_NOMEM (src/load.c), as the
  * other ranks count on this one's share. */
 static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me) {
     size_t *base = item_bases(&ck->m);
-    uint8_t **pc = base ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
+    uint64_t *ext = ck->one_cache && base ? ckpt_file_extents(ck) : NULL;
+    uint8_t **pc = base && (ext || !ck->one_cache) ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
     ck_comb *cbs = pc ? calloc(n[me] ? n[me] : 1, sizeof *cbs) : NULL;
     size_t ncb = 0, ei = 0;
     /* My items ascend, as every list does: each rank's place in its list only moves forward. */
@@ -294,10 +307,11 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
             while (cur[r] < n[r] && all[r][cur[r]].item < x->item) cur[r]++;
             at[r] = cur[r] < n[r] && all[r][cur[r]].item == x->item ? (long)cur[r] : -1;
         }
-        int owner = owner_at(all, at, nranks, x->item, base[ck->m.n]);
         while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
         if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
         size_t ci = x->item - base[ei];
+        int owner = ext ? part_owner(ext, ck->m.nfiles, &ck->m.e[ei].chunks[ci], all, at, nranks) : -1;
+        if (owner < 0) owner = owner_at(all, at, nranks, x->item, base[ck->m.n]);
         int comb = plan_comb(&ck->m.e[ei].chunks[ci], rng, at, nranks, me, owner, &cbs[ncb]);
         if (comb < 0) ok = 0;
         if (comb <= 0 && owner == me) continue;
@@ -310,6 +324,7 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
         if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = x->item;
     }
     free(base);
+    free(ext);
     free(cur);
     free(at);
     if (!ok) {
