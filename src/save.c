@@ -119,6 +119,14 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
         rec[ID_REC] = 1;
         memcpy(rec + ID_REC + 1, keep->exchange, ID_REC);
     }
+    /* An async save snapshots the state before the first collective: thread ranks reach it tens of
+     * ms apart on a busy machine, and the early ones copy meanwhile.  Its copy replaces the one the
+     * kept plan was made from, so a changed structure makes that plan stale now, whatever comes of
+     * this save. */
+    if (keep && !local) {
+        if (!L.same) keep->plan_ok = 0;
+        local = save_copy_state(st, &L, copy_data, &keep->snap, &keep->copy);
+    }
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
@@ -151,8 +159,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     if (!rc) {
         if (rank != 0) local = commit_init(&j->cm, dir, id);
         if (!local && keep) { /* the plan is built by save_write, on the background thread */
-            local = save_copy_state(st, &L, copy_data, &keep->snap, &keep->copy);
-            if (!local && all && counts == counts_stack) { /* the one-rank counts live on our stack: move them */
+            if (all && counts == counts_stack) { /* the one-rank counts live on our stack: move them */
                 if (!(counts = malloc(sizeof *counts))) local = sck_err(SCK_ERR_NOMEM, "out of memory");
                 else counts[0] = counts_stack[0];
             }

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "comm.h"
 #include "harness.h"
 
 #define R 3
@@ -17,6 +18,7 @@ typedef struct loop {
     int layout;                /* 0, 1: two valid splits of "a"; 2: a hole at row 8 */
     int step;
     unsigned flags;
+    int fail_allgather;        /* failing_rank: the save's first allgather fails on every rank */
     float a[ROWS * COLS];
     double rep[7];
     int rc[R], rc_ref[R];
@@ -232,4 +234,74 @@ TEST(async_handles_used_by_other_ranks_do_not_reuse_their_plans) {
         sck_state_free(st);
     }
     for (int r = 0; r < R; r++) sck_async_free(s.h[r]);
+}
+
+/* A communicator whose next allgather fails on every rank: the first collective of an async save
+ * then fails after every rank took its snapshot. */
+typedef struct failing {
+    sck_comm *inner;
+    int fail_next;
+} failing;
+
+static int fl_allgatherv(void *ctx, const void *send, size_t n, void **recv, size_t *counts) {
+    failing *f = ctx;
+    if (f->fail_next) {
+        f->fail_next = 0;
+        return SCK_ERR_COMM;
+    }
+    return f->inner->ops->allgatherv(f->inner->ctx, send, n, recv, counts);
+}
+static int fl_bcast(void *ctx, void **buf, size_t *n, int root) {
+    failing *f = ctx;
+    return f->inner->ops->bcast(f->inner->ctx, buf, n, root);
+}
+static int fl_barrier(void *ctx) {
+    failing *f = ctx;
+    return f->inner->ops->barrier(f->inner->ctx);
+}
+static const sck_comm_ops failing_ops = {fl_allgatherv, fl_bcast, fl_barrier, NULL};
+
+static int failing_rank(sck_comm *c, void *arg) {
+    loop *L = arg;
+    failing f = {c, L->fail_allgather};
+    sck_comm *fc = sck_comm_create(&failing_ops, &f, sck_comm_rank(c), sck_comm_size(c));
+    int rc = sck_comm_agree(c, fc ? SCK_OK : SCK_ERR_NOMEM);
+    if (!rc) rc = loop_rank(fc, L);
+    sck_comm_free(fc);
+    return rc;
+}
+
+/* A save that fails in its first collective after the structure changed: its snapshot already
+ * replaced the copy the kept plan was made from, so the next save of the new structure must exchange
+ * plans again, not reuse the old plan (layouts 0 and 1 split "a" differently: layout 0's plan would
+ * write the wrong boxes).  Also when rank 0 alone fails there (it cannot make the directory). */
+TEST(async_failed_first_collective_after_a_change_does_not_keep_the_old_plan) {
+    loop L;
+    memset(&L, 0, sizeof L);
+    char dir[4096], ref[4096], bad[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    snprintf(ref, sizeof ref, "%s/ref", th_tmpdir());
+    snprintf(bad, sizeof bad, "%s/no/such/parent/ck", th_tmpdir());
+    L.ref = ref;
+    for (int r = 0; r < R; r++) REQUIRE(L.h[r] = sck_async_new());
+    /* per step: layout, and how the save fails (0 it does not, 1 the allgather, 2 rank 0's directory) */
+    static const int steps[][2] = {{0, 0}, {0, 0}, {1, 1}, {1, 0}, {0, 2}, {0, 0}};
+    for (int s = 0; s < (int)(sizeof steps / sizeof steps[0]); s++) {
+        L.step = s;
+        L.layout = steps[s][0];
+        L.dir = steps[s][1] == 2 ? bad : dir;
+        L.fail_allgather = steps[s][1] == 1;
+        th_fill(L.a, sizeof L.a, 500 + (uint64_t)s);
+        th_fill(L.rep, sizeof L.rep, 600 + (uint64_t)s);
+        int rc = sck_threads_run(R, failing_rank, &L);
+        if (steps[s][1]) {
+            CHECK(rc != SCK_OK);
+            for (int r = 0; r < R; r++) CHECK(L.rc[r] != SCK_OK && L.rc[r] == L.rc[0]);
+            continue;
+        }
+        CHECK_OK(rc);
+        for (int r = 0; r < R; r++) CHECK(L.rc[r] == SCK_OK && L.rc_ref[r] == SCK_OK);
+        check_step(&L);
+    }
+    for (int r = 0; r < R; r++) sck_async_free(L.h[r]);
 }
