@@ -67,6 +67,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
     free(ck->dir);
     free(ck->order);
     free(ck->spans);
+    free(ck->bigs);
     free(ck->scratch);
     free(ck);
 }
@@ -303,11 +304,55 @@ static int check_window(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c
 /* The window to fill when [off, off+n) of chunk c's item is not in memory: a small item whole, with
  * the items after it (they are usually read next); for a large item 64 KiB at its start or end (its
  * headers), else up to RC_CAP from `off` on.  Always inside the file and holding the request. */
-static void fill_range(const ck_chunk *c, uint64_t fsize, uint64_t off, uint64_t n, uint64_t *lo, uint64_t *hi) {
+static int cmp_span(const void *a, const void *b) {
+    const ck_span *x = a, *y = b;
+    if (x->file != y->file) return x->file < y->file ? -1 : 1;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+/* The index of the first span of `file` in sp[0..n) (sorted by cmp_span) that starts at or after
+ * `off`; n if there is none. */
+static size_t span_at_or_after(const ck_span *sp, size_t n, uint32_t file, uint64_t off) {
+    size_t lo = 0, hi = n;
+    ck_span key = {file, off, 0};
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (cmp_span(&sp[mid], &key) < 0) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo < n && sp[lo].file == file ? lo : n;
+}
+
+/* Sorted spans of every item (all: ck->spans) or of the large ones only (ck->bigs), made on first use;
+ * 0 when out of memory (they only serve hints and bounds). */
+static int spans_ready(sck_ckpt *ck, int all) {
+    ck_span **sp = all ? &ck->spans : &ck->bigs;
+    size_t *n = all ? &ck->nspans : &ck->nbigs;
+    if (*sp) return 1;
+    size_t cap = 0;
+    for (size_t i = 0; i < ck->m.n; i++)
+        for (size_t k = 0; k < ck->m.e[i].nchunks; k++) cap += all || ck->m.e[i].chunks[k].length > SMALL_ITEM;
+    if (!(*sp = malloc((cap ? cap : 1) * sizeof **sp))) return 0;
+    for (size_t i = 0; i < ck->m.n; i++)
+        for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
+            const ck_chunk *x = &ck->m.e[i].chunks[k];
+            if (all || x->length > SMALL_ITEM) (*sp)[(*n)++] = (ck_span){x->file, x->offset, x->length};
+        }
+    qsort(*sp, *n, sizeof **sp, cmp_span);
+    return 1;
+}
+
+/* The window for bytes [off, off+n) of chunk c's item.  A small item's window also holds what follows
+ * it (the next small items, read next as a rule) up to RC_CAP, but stops at the next large item: that
+ * one is read its own way, and a window reaching into it would copy megabytes for nothing (a norm's
+ * weight before its layer's matrix). */
+static void fill_range(sck_ckpt *ck, const ck_chunk *c, uint64_t fsize, uint64_t off, uint64_t n, uint64_t *lo, uint64_t *hi) {
     uint64_t end = c->offset + c->length;
     if (c->length <= SMALL_ITEM) {
         *lo = c->offset;
         *hi = fsize - c->offset > RC_CAP ? c->offset + RC_CAP : fsize;
+        size_t k = spans_ready(ck, 0) ? span_at_or_after(ck->bigs, ck->nbigs, c->file, end) : ck->nbigs;
+        if (k < ck->nbigs && ck->bigs[k].off < *hi) *hi = ck->bigs[k].off;
     } else if (off + n - c->offset <= HEAD_BYTES) {
         *lo = c->offset;
         *hi = c->offset + HEAD_BYTES;
@@ -332,7 +377,7 @@ typedef struct item_rd {
 /* Points *p at [off, off+n) of the item (n <= RC_CAP); valid until the next read. */
 static int item_view(item_rd *r, uint64_t off, uint64_t n, const uint8_t **p) {
     uint64_t lo, hi;
-    fill_range(r->c, r->fsize, off, n, &lo, &hi);
+    fill_range(r->ck, r->c, r->fsize, off, n, &lo, &hi);
     return rc_get(&r->ck->rc, r->fd, off, n, lo, hi, r->what, p);
 }
 
@@ -353,11 +398,11 @@ static const int64_t *res_strides(const sck_ckpt *ck, const ck_chunk *c, const c
     return buf;
 }
 
-/* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 /* Whether resolving chunk c reads its item's headers (zip directory, data.pkl): not for raw payloads,
  * nor for our own items, whose payload offset the model cache records. */
 static int resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && !ck->full_resolve); }
 
+/* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -538,7 +583,7 @@ static int span_next(span_it *it, const uint8_t **p, uint64_t *n) {
     *n = 0;
     if (it->pos >= it->end) return SCK_OK;
     uint64_t k = it->end - it->pos < RC_CAP ? it->end - it->pos : RC_CAP, lo, hi;
-    fill_range(it->ird->c, it->ird->fsize, it->pos, k, &lo, &hi);
+    fill_range(it->ird->ck, it->ird->c, it->ird->fsize, it->pos, k, &lo, &hi);
     if (hi - it->pos < k) k = hi - it->pos;
     int rc = rc_get(&it->ird->ck->rc, it->ird->fd, it->pos, k, lo, hi, it->ird->what, p);
     if (rc) return rc;
@@ -811,35 +856,13 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
     return c->has_crc && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
 }
 
-static int cmp_span(const void *a, const void *b) {
-    const ck_span *x = a, *y = b;
-    if (x->file != y->file) return x->file < y->file ? -1 : 1;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
-
 /* Asks the kernel to start reading the head (headers and first MiBs) and the tail (zip directory) of
  * the item after c in its file: reading a large item begins with small reads far apart, and without
  * this each one waits for the disk and breaks the read-ahead of the payload. */
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
-    if (!ck->spans) {
-        size_t n = ck_meta_nchunks(&ck->m);
-        if (!(ck->spans = malloc((n ? n : 1) * sizeof *ck->spans))) return; /* only a hint */
-        for (size_t i = 0; i < ck->m.n; i++)
-            for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
-                const ck_chunk *x = &ck->m.e[i].chunks[k];
-                ck->spans[ck->nspans++] = (ck_span){x->file, x->offset, x->length};
-            }
-        qsort(ck->spans, ck->nspans, sizeof *ck->spans, cmp_span);
-    }
-    size_t lo = 0, hi = ck->nspans; /* first span of c's file starting at or after c's end */
-    ck_span key = {c->file, c->offset + c->length, 0};
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (cmp_span(&ck->spans[mid], &key) < 0) lo = mid + 1;
-        else hi = mid;
-    }
-    if (lo >= ck->nspans || ck->spans[lo].file != c->file) return;
-    const ck_span *nx = &ck->spans[lo];
+    size_t at = spans_ready(ck, 1) ? span_at_or_after(ck->spans, ck->nspans, c->file, c->offset + c->length) : ck->nspans;
+    if (at >= ck->nspans) return;
+    const ck_span *nx = &ck->spans[at];
     int fd = ck->files[c->file].fd;
     /* Its headers and first slices; with O_DIRECT only the headers: cached pages in the way of a direct
      * read must be written back and dropped first, which would cost more than it saves. */

@@ -79,6 +79,8 @@ struct sck_ckpt {
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */
     size_t nspans;
+    ck_span *bigs;                  /* the same for items over SMALL_ITEM only */
+    size_t nbigs;
     uint8_t **peer_checks;          /* per entry (NULL: none), per chunk: 1 if another rank of this load
                                      * checks the item (src/load_checks.h), so reads here copy only
                                      * their runs; NULL (the default): every item read is checked;
