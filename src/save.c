@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "copy_par.h"
 #include "fileio.h"
 #include "meta_side.h"
 #include "save_job.h"
@@ -125,7 +126,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
      * this save. */
     if (keep && !local) {
         if (!L.same) keep->plan_ok = 0;
-        local = save_copy_state(st, &L, copy_data, &keep->snap, &keep->copy);
+        local = save_copy_state(st, &L, copy_data, copy_threads(comm_in_process(comm) ? comm->size : 1), &keep->snap, &keep->copy);
     }
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);

@@ -97,11 +97,11 @@ int save_finish(save_job *j);
 int save_fail_collectively(sck_comm *comm, int err);
 
 /* save_write.c: items encoded; the file written; a state copied for an async save: measured (and
- * compared with old, the copy before; NULL for none), then copied in one pass into snap (tensor data
- * too when copy_data), replacing *io (the copy before, freed). */
+ * compared with old, the copy before; NULL for none), then copied into snap (tensor data too when
+ * copy_data, split over `threads` threads: copy_par.h), replacing *io (the copy before, freed). */
 int save_prepare_items(save_job *j, const sck_state *st);
 void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data, copy_layout *L);
-int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, save_snapshot *snap, sck_state **io);
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, save_snapshot *snap, sck_state **io);
 int save_write_file(save_job *j);
 void save_free_items(save_job *j);
 

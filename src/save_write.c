@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
+#include "copy_par.h"
 #include "crc32c.h"
 #include "save_job.h"
 #include "torch_item.h"
@@ -77,13 +78,18 @@ void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data,
     L->same = same;
 }
 
-int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, save_snapshot *snap, sck_state **io) {
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, save_snapshot *snap, sck_state **io) {
     sck_state_free(*io); /* its structure is about to be overwritten */
     *io = NULL;
     int rc = snapshot_reserve(snap, L->total ? L->total : 1);
     sck_state *c = rc ? NULL : calloc(1, sizeof *c);
     if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
     if (rc) return rc;
+    /* The tensor bytes are copied after the structure, split over `threads` (copy_parallel); without
+     * memory for the list, each piece is copied where it comes. */
+    size_t npieces = 0, nops = 0;
+    for (size_t i = 0; copy_data && i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
+    copy_op *ops = npieces ? malloc(npieces * sizeof *ops) : NULL;
     uint8_t *m = snap->mem;
     st_entry *ce = (st_entry *)(void *)(m + L->entries);
     st_piece *cp = (st_piece *)(void *)(m + L->pieces);
@@ -93,7 +99,7 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, sa
     c->flat = 1;
     c->e = ce;
     c->cap = st->n;
-    /* One pass: each entry, its pieces (tensor bytes copied in state order) and its key. */
+    /* One pass: each entry, its pieces (their tensor bytes placed in state order) and its key. */
     for (size_t i = 0; i < st->n && !rc; i++) {
         const st_entry *e = &st->e[i];
         st_entry *d = &ce[i];
@@ -112,7 +118,8 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, sa
             if (!copy_data || e->kind != ENT_TENSOR) continue;
             uint64_t nb = piece_bytes(e, &e->pieces[k]);
             off = align_up(off, payload_align(nb));
-            if (nb) memcpy(m + off, e->pieces[k].data, nb);
+            if (ops) ops[nops++] = (copy_op){m + off, e->pieces[k].data, (size_t)nb};
+            else if (nb) memcpy(m + off, e->pieces[k].data, nb);
             cp[k].data = m + off;
             off += nb;
         }
@@ -125,6 +132,8 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, sa
         if (e->kind == ENT_VALUE && e->present && !(d->value = sck_value_clone(e->value)))
             rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key);
     }
+    if (!rc && ops) copy_parallel(ops, nops, threads);
+    free(ops);
     if (rc) {
         sck_state_free(c);
         return rc;
