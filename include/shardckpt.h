@@ -382,11 +382,14 @@ void sck_async_free(sck_async *a);
  * (same keys, kinds, dtypes, shapes and boxes; the usual training loop),
  * the plans are not exchanged or checked again, and the caller's thread
  * pays for one small status exchange, a structure compare and the copy.
- * Returns the status of the plan exchange, agreed by every rank (bad
- * arguments, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER; also
- * SCK_ERR_INVALID_ARG when a save is already pending on `a`).  On error no
- * save is pending.  Every later error (SCK_ERR_MISMATCH, SCK_ERR_COVERAGE,
- * out of memory for the snapshot, I/O, commit) is returned by sck_wait.
+ * The copy comes first, before the exchange; its tensor bytes may be split
+ * over up to 4 short-lived threads (no more than the CPUs this thread may
+ * run on, shared among the thread ranks of the process).
+ * Returns the status of the copy and the plan exchange, agreed by every
+ * rank (bad arguments, SCK_ERR_NOMEM, also for the snapshot, SCK_ERR_COMM,
+ * SCK_ERR_PEER; also SCK_ERR_INVALID_ARG when a save is already pending on
+ * `a`).  On error no save is pending.  Every later error (SCK_ERR_MISMATCH,
+ * SCK_ERR_COVERAGE, I/O, commit) is returned by sck_wait.
  */
 int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 
