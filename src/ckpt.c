@@ -301,9 +301,6 @@ static int check_window(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c
     return SCK_OK;
 }
 
-/* The window to fill when [off, off+n) of chunk c's item is not in memory: a small item whole, with
- * the items after it (they are usually read next); for a large item 64 KiB at its start or end (its
- * headers), else up to RC_CAP from `off` on.  Always inside the file and holding the request. */
 static int cmp_span(const void *a, const void *b) {
     const ck_span *x = a, *y = b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
@@ -342,10 +339,11 @@ static int spans_ready(sck_ckpt *ck, int all) {
     return 1;
 }
 
-/* The window for bytes [off, off+n) of chunk c's item.  A small item's window also holds what follows
- * it (the next small items, read next as a rule) up to RC_CAP, but stops at the next large item: that
- * one is read its own way, and a window reaching into it would copy megabytes for nothing (a norm's
- * weight before its layer's matrix). */
+/* The window to fill when [off, off+n) of chunk c's item is not in memory: a small item whole, with
+ * what follows it (the next small items, usually read next) up to RC_CAP, but not past the start of
+ * the next large item, which is read its own way (a window reaching into it copied megabytes for
+ * nothing: a norm's weight before its layer's matrix); for a large item 64 KiB at its start or end
+ * (its headers), else up to RC_CAP from `off` on.  Always inside the file and holding the request. */
 static void fill_range(sck_ckpt *ck, const ck_chunk *c, uint64_t fsize, uint64_t off, uint64_t n, uint64_t *lo, uint64_t *hi) {
     uint64_t end = c->offset + c->length;
     if (c->length <= SMALL_ITEM) {
