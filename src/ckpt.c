@@ -163,7 +163,8 @@ void ckpt_shared_release(ck_shared *s, int n) {
     }
 }
 
-int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
+/* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read (ckpt_open_dcp). */
+static int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
     char what[4096];
     ck_meta m;
     uint8_t *w;
@@ -191,6 +192,19 @@ int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt 
     return ckpt_from_model(dir, &m, 0, out);
 }
 
+int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
+    char mp[4096];
+    uint8_t *data = NULL;
+    size_t n = 0;
+    *out = NULL;
+    if (wire) *wire = NULL;
+    snprintf(mp, sizeof mp, "%s/.metadata", dir);
+    int rc = sck_read_file(mp, &data, &n);
+    if (!rc) rc = ckpt_from_metadata(dir, data, n, out, wire, wire_len);
+    free(data);
+    return rc;
+}
+
 static int open_path(const char *path, sck_ckpt **out);
 
 int sck_ckpt_open(const char *dir, sck_ckpt **out) {
@@ -216,14 +230,7 @@ static int open_path(const char *path, sck_ckpt **out) {
             if (access(mp, F_OK) == 0) return ckpt_open_safetensors(path, out);
             return sck_err(SCK_ERR_FORMAT, "%s: no .metadata: not a DCP checkpoint, or an incomplete one", path);
         }
-        uint8_t *data;
-        size_t n;
-        snprintf(mp, sizeof mp, "%s/.metadata", path);
-        int rc = sck_read_file(mp, &data, &n);
-        if (rc) return rc;
-        rc = ckpt_from_metadata(path, data, n, out, NULL, NULL);
-        free(data);
-        return rc;
+        return ckpt_open_dcp(path, out, NULL, NULL);
     }
     return ckpt_open_safetensors(path, out);
 }

@@ -113,10 +113,11 @@ static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t 
     return file + (ext[file] ? (double)off / (double)ext[file] : 0.0);
 }
 
-/* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read: from the model
- * cache beside them when it matches (src/meta_side.h), else by decoding the pickle.  When the cache
- * served and wire is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL. */
-int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
+/* Opens DCP directory `dir`: reads its `.metadata` and builds the sck_ckpt from the model cache beside
+ * it when that matches (src/meta_side.h), else by decoding the pickle.  When the cache served and wire
+ * is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL.  Errors: SCK_ERR_IO and the
+ * decoders' (SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM), SCK_ERR_COVERAGE (overlapping chunks). */
+int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
 /* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m.  Checks that
  * no two chunks of a tensor overlap (SCK_ERR_COVERAGE) unless `checked`: the model is one rank 0 built
  * and checked, decoded here from its broadcast bytes (the same check on the same bytes, on every rank,

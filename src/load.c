@@ -137,15 +137,11 @@ static int agree_opened(sck_comm *comm, int local, sck_ckpt **ck) {
 /* Thread-ranks of one process: rank 0 decodes .metadata and the others read its model through a
  * broadcast pointer (ckpt_share); each still opens its own files and keeps its own caches.  Every
  * rank that gets the pointer holds a reference; rank 0 drops those of ranks that never got it. */
-static int open_shared(sck_comm *comm, const char *dir, const char *mp, sck_ckpt **ck) {
+static int open_shared(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     ck_shared *s = NULL;
     int local = SCK_OK;
     if (comm->rank == 0) {
-        uint8_t *data = NULL;
-        size_t n = 0;
-        local = sck_read_file(mp, &data, &n);
-        if (!local) local = ckpt_from_metadata(dir, data, n, ck, NULL, NULL);
-        free(data);
+        local = ckpt_open_dcp(dir, ck, NULL, NULL);
         if (!local) local = ckpt_share(*ck, comm->size - 1, &s);
     }
     int rc = agree_opened(comm, local, ck);
@@ -184,16 +180,14 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     int agreed = comm_agree(comm, SCK_OK); /* everyone sees the same answer for is_dcp only if the FS is shared */
     if (agreed) return agreed;
     if (!is_dcp || comm->size == 1) return agree_opened(comm, sck_ckpt_open(dir, ck), ck);
-    if (comm_in_process(comm)) return open_shared(comm, dir, mp, ck);
+    if (comm_in_process(comm)) return open_shared(comm, dir, ck);
     sck_buf wire;
     sck_buf_init(&wire);
     int local = SCK_OK;
     if (comm->rank == 0) { /* the model cache's bytes go out as they are; else the decoded model's */
-        uint8_t *data = NULL, *side = NULL;
-        size_t n = 0, side_len = 0;
-        local = sck_read_file(mp, &data, &n);
-        if (!local) local = ckpt_from_metadata(dir, data, n, ck, &side, &side_len);
-        free(data);
+        uint8_t *side = NULL;
+        size_t side_len = 0;
+        local = ckpt_open_dcp(dir, ck, &side, &side_len);
         if (side) wire.data = side, wire.len = wire.cap = side_len;
         else if (!local) local = meta_wire_encode(&(*ck)->m, &wire);
     }
