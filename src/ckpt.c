@@ -117,10 +117,30 @@ static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
     return SCK_OK;
 }
 
+/* m->file_end, computed once: every rank's reading order and check owners use it, and thread ranks
+ * share the model (ckpt_share). */
+static int file_extents(const char *dir, ck_meta *m) {
+    uint64_t *ext = calloc(m->nfiles ? m->nfiles : 1, sizeof *ext);
+    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
+    for (size_t i = 0; i < m->n; i++)
+        for (size_t k = 0; k < m->e[i].nchunks; k++) {
+            const ck_chunk *c = &m->e[i].chunks[k];
+            if (c->file < m->nfiles && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
+        }
+    free(m->file_end);
+    m->file_end = ext;
+    return SCK_OK;
+}
+
 int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out) {
     *out = NULL;
     sck_ckpt *ck;
-    int rc = ckpt_alloc(dir, m, &ck);
+    int rc = file_extents(dir, m);
+    if (rc) {
+        ck_meta_free(m);
+        return rc;
+    }
+    rc = ckpt_alloc(dir, m, &ck);
     if (rc) {
         ck_meta_free(m);
         return rc;
@@ -1298,24 +1318,11 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
  * last item).  Ranks that read parts of the same items (a reshard) then start in different places,
  * several streams at once as the disk likes, each mostly finding the rest in the page cache when it
  * gets there; where every rank reads its own file, nothing moves. */
-uint64_t *ckpt_file_extents(const sck_ckpt *ck) {
-    size_t nf = ck->m.nfiles;
-    uint64_t *ext = calloc(nf ? nf : 1, sizeof *ext);
-    for (size_t i = 0; ext && i < ck->m.n; i++)
-        for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
-            const ck_chunk *c = &ck->m.e[i].chunks[k];
-            if (c->file < nf && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
-        }
-    return ext;
-}
-
 static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
-    uint64_t *ext = ckpt_file_extents(ck);
-    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
+    const uint64_t *ext = ck->m.file_end;
     double target = (double)ck->m.nfiles * ck->rank / ck->nranks;
     size_t j = 0;
     while (j < m && ckpt_file_pos(ext, op[j].file, op[j].off) < target) j++;
-    free(ext);
     if (j == 0 || j == m) return SCK_OK;
     read_op *t = malloc(j * sizeof *t);
     if (!t) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
@@ -1326,17 +1333,61 @@ static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
     return SCK_OK;
 }
 
-int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
+int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     read_op *op = NULL;
     size_t m = 0, cap = 0;
     int rc = SCK_OK;
+    r->op = NULL;
+    r->m = 0;
     for (size_t k = 0; k < n && !rc; k++) rc = plan_want(ck, &w[k], k, &op, &m, &cap);
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */
     if (!rc && m) qsort(op, m, sizeof *op, cmp_read_op);
     if (!rc && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
-    small_rd *sb = !rc && m ? malloc((BATCH_IOV / 4) * sizeof *sb) : NULL;
+    if (rc) {
+        free(op);
+        return rc;
+    }
+    r->op = op;
+    r->m = m;
+    return SCK_OK;
+}
+
+void ckpt_advise_reads(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint64_t budget) {
+    uint32_t file = 0;
+    uint64_t lo = 0, hi = 0;
+    for (size_t j = 0; j <= r->m; j++) {
+        const ck_chunk *c = j < r->m ? &ck->m.e[w[r->op[j].k].ei].chunks[r->op[j].ci] : NULL;
+        if (c && (c->length > SMALL_ITEM || (c->file == file && c->offset >= lo && c->offset < hi))) continue; /* large, or asked for */
+        if (c && hi > lo && c->file == file && c->offset >= hi && c->offset - hi <= BATCH_GAP && budget >= c->length) {
+            hi = c->offset + c->length; /* the same stretch */
+            budget -= c->length;
+            continue;
+        }
+        int fd;
+        uint64_t fsize;
+        if (hi > lo && get_file(ck, file, &fd, &fsize) == SCK_OK) posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_WILLNEED);
+        sck_err_clear(); /* a file that cannot be opened: the read says so */
+        if (!c || budget < c->length) break;
+        file = c->file, lo = c->offset, hi = c->offset + c->length;
+        budget -= c->length;
+    }
+}
+
+int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
+    ck_reads r;
+    int rc = ckpt_plan_reads(ck, w, n, &r);
+    return rc ? rc : ckpt_run_reads(ck, w, &r);
+}
+
+int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
+    read_op *op = r->op;
+    size_t m = r->m;
+    int rc = SCK_OK;
+    r->op = NULL;
+    r->m = 0;
+    small_rd *sb = m ? malloc((BATCH_IOV / 4) * sizeof *sb) : NULL;
     for (size_t j = 0; j < m && !rc;) {
         size_t nb = sb ? small_batch(ck, w, op, m, j, sb) : 0;
         if (nb > 1) {

@@ -103,13 +103,10 @@ static inline size_t ckpt_chunk_hint(const sck_ckpt *ck, const ck_entry *e) {
     return e->nchunks * (size_t)ck->rank / (size_t)(ck->nranks > 0 ? ck->nranks : 1);
 }
 
-/* Each data file's extent (the end of its last item), m.nfiles values (caller frees; NULL: out of
- * memory). */
-uint64_t *ckpt_file_extents(const sck_ckpt *ck);
 /* Where file offset `off` of file `file` lies, counted in files: the file's index plus how far into it
  * (by its extent) the offset is.  Reading orders (ckpt_read_boxes) and check owners (load_checks)
  * share the files among n ranks as n equal parts of this measure. */
-static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t off) {
+static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t off) { /* ext: ck->m.file_end */
     return file + (ext[file] ? (double)off / (double)ext[file] : 0.0);
 }
 
@@ -161,8 +158,22 @@ typedef struct ck_want {
 } ck_want;
 /* Reads n boxes, as ckpt_read_box each, but every box is checked (kind, dtype, fit, coverage) before
  * anything is read, and the overlaps are read in file order.  Errors: the first failing box's check,
- * then the first failing read's; SCK_ERR_NOMEM. */
+ * then the first failing read's; SCK_ERR_NOMEM.  The same as ckpt_plan_reads, then ckpt_run_reads. */
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
+/* ckpt_read_boxes in two steps, so that a load can start the disk on the first reads
+ * (ckpt_advise_reads) while it plans its checks (src/load_checks.h).  ckpt_plan_reads checks every
+ * box and orders the reads (errors as ckpt_read_boxes'; on error *r holds nothing); ckpt_run_reads
+ * then reads them, wants w unchanged, and frees *r whatever it returns. */
+typedef struct ck_reads {
+    struct read_op *op;
+    size_t m;
+} ck_reads;
+int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);
+int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r);
+/* Asks the kernel to read ahead the small items (up to SMALL_ITEM) among the first `budget` bytes of
+ * planned reads r, in their order, merged across short gaps.  Advice only, never an error.  Large
+ * items are left alone: whether they are read with O_DIRECT depends on their not being cached. */
+void ckpt_advise_reads(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint64_t budget);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);
 

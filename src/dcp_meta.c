@@ -25,6 +25,7 @@ void ck_meta_free(ck_meta *m) {
     free(m->key_pool);
     sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
     free(m->file_pool);
+    free(m->file_end);
     memset(m, 0, sizeof *m);
 }
 

@@ -42,6 +42,9 @@ typedef struct ck_meta {
     ck_chunk *chunk_pool;   /* chunk_pool_n chunks; it and e (cap entries) from sck_huge_calloc */
     size_t chunk_pool_n;
     char *file_pool;
+    /* Each data file's extent (the end of its last item), nfiles values: set by ckpt_from_model
+     * (src/ckpt.h), freed here. */
+    uint64_t *file_end;
 } ck_meta;
 
 /* Frees either form (per-entry allocations or the pools above) and zeroes m. */

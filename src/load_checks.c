@@ -293,8 +293,8 @@ static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, con
  * other ranks count on this one's share. */
 static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me) {
     size_t *base = item_bases(&ck->m);
-    uint64_t *ext = ck->one_cache && base ? ckpt_file_extents(ck) : NULL;
-    uint8_t **pc = base && (ext || !ck->one_cache) ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
+    const uint64_t *ext = ck->one_cache ? ck->m.file_end : NULL;
+    uint8_t **pc = base ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
     ck_comb *cbs = pc ? calloc(n[me] ? n[me] : 1, sizeof *cbs) : NULL;
     size_t ncb = 0, ei = 0;
     /* My items ascend, as every list does: each rank's place in its list only moves forward. */
@@ -324,7 +324,6 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
         if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = x->item;
     }
     free(base);
-    free(ext);
     free(cur);
     free(at);
     if (!ok) {

@@ -1,0 +1,153 @@
+/* test_read_ahead.c - a load asks the kernel for its first small items while the ranks plan their
+ * checks (ckpt_advise_reads): the first `budget` bytes of small items in reading order, merged into
+ * stretches, and never a large item (whether that is read with O_DIRECT depends on its not being
+ * cached).  Residency is watched with mincore where the file system lets pages be dropped. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "ckpt.h"
+#include "ckpt_fixture.h"
+#include "harness.h"
+
+#define NS 400                /* small tensors [8, 16] f32 (512 B of payload each) */
+#define BIGR 512              /* big: [512, 1024] f32 = 2 MiB, one item (over SMALL_ITEM) */
+
+static int save_one(const char *dir, float *small, float *big) {
+    sck_state *st = sck_state_new();
+    int64_t bs[2] = {BIGR, 1024};
+    int rc = st ? sck_state_add_replicated(st, "a.big", SCK_F32, 2, bs, big) : SCK_ERR_NOMEM;
+    for (int t = 0; t < NS && !rc; t++) {
+        char key[32];
+        snprintf(key, sizeof key, "b.small.%03d", t);
+        int64_t ss[2] = {8, 16};
+        rc = sck_state_add_replicated(st, key, SCK_F32, 2, ss, small + (size_t)t * 128);
+    }
+    if (!rc) rc = sck_save(NULL, dir, st, NULL);
+    sck_state_free(st);
+    return rc;
+}
+
+/* Waits up to 2 s for the page at `off` to come in (the advice only starts the reads). */
+static int comes_in(const char *dir, uint64_t off) {
+    for (int i = 0; i < 2000; i++) {
+        if (fx_resident(dir, "__0_0.distcp", off) == 1) return 1;
+        struct timespec ts = {0, 1000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+TEST(read_ahead_asks_for_the_first_small_items_only) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    float *small = malloc((size_t)NS * 128 * 4), *big = malloc((size_t)BIGR * 1024 * 4);
+    REQUIRE(small && big);
+    th_fill(small, (size_t)NS * 128 * 4, 1);
+    th_fill(big, (size_t)BIGR * 1024 * 4, 2);
+    REQUIRE_OK(save_one(dir, small, big));
+    sck_ckpt *ck = NULL;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long eb = sck_ckpt_find(ck, "a.big"), e0 = sck_ckpt_find(ck, "b.small.000");
+    REQUIRE(eb >= 0 && e0 >= 0);
+    const ck_chunk *cb = &ck->m.e[eb].chunks[0], *c0 = &ck->m.e[e0].chunks[0];
+    const ck_chunk *clast = &ck->m.e[e0 + NS - 1].chunks[0];
+    REQUIRE(cb->length > SMALL_ITEM && c0->length <= SMALL_ITEM);
+    REQUIRE(cb->offset < c0->offset && c0->offset < clast->offset); /* big first, then the small ones */
+    /* Every tensor whole, in reverse key order: the reads still go in file order. */
+    sck_box boxes[NS + 1];
+    ck_want w[NS + 1];
+    for (int k = 0; k <= NS; k++) {
+        size_t ei = (size_t)(k == NS ? eb : e0 + NS - 1 - k);
+        memset(&boxes[k], 0, sizeof boxes[k]);
+        boxes[k].ndim = 2;
+        boxes[k].size[0] = ck->m.e[ei].shape[0];
+        boxes[k].size[1] = ck->m.e[ei].shape[1];
+        w[k] = (ck_want){ei, &boxes[k], NULL};
+    }
+    ck_reads r;
+    REQUIRE_OK(ckpt_plan_reads(ck, w, NS + 1, &r));
+    REQUIRE(r.m == NS + 1);
+    /* A budget of a quarter of the small items: the first pages come in, the last item's do not. */
+    uint64_t quarter = (clast->offset + clast->length - c0->offset) / 4;
+    REQUIRE(clast->offset - c0->offset > quarter + 2 * 4096);
+    REQUIRE(fx_evict(dir, "__0_0.distcp") == 0);
+    int observable = fx_resident(dir, "__0_0.distcp", c0->offset) == 0;
+    ckpt_advise_reads(ck, w, &r, 0); /* nothing asked for */
+    if (observable) CHECK(fx_resident(dir, "__0_0.distcp", c0->offset) == 0);
+    ckpt_advise_reads(ck, w, &r, quarter);
+    if (observable) {
+        CHECK(comes_in(dir, c0->offset));
+        CHECK(comes_in(dir, c0->offset + quarter - 8192));
+        CHECK(fx_resident(dir, "__0_0.distcp", clast->offset) == 0);
+        CHECK(fx_resident(dir, "__0_0.distcp", c0->offset + quarter + 8192) == 0);
+        CHECK(fx_resident(dir, "__0_0.distcp", cb->offset + cb->length / 2) == 0);
+    } else {
+        fprintf(stderr, "  (page residency not observable here: the reads are checked only)\n");
+    }
+    /* The planned reads are then run, into real buffers, exactly. */
+    float *out = malloc((size_t)NS * 128 * 4), *bout = malloc((size_t)BIGR * 1024 * 4);
+    REQUIRE(out && bout);
+    for (int k = 0; k < NS; k++) w[k].dst = out + (size_t)(NS - 1 - k) * 128;
+    w[NS].dst = bout;
+    CHECK_OK(ckpt_run_reads(ck, w, &r));
+    CHECK(r.op == NULL && r.m == 0);
+    CHECK(!memcmp(out, small, (size_t)NS * 128 * 4));
+    CHECK(!memcmp(bout, big, (size_t)BIGR * 1024 * 4));
+    /* A box that does not fit is refused when planned, and leaves nothing to free. */
+    boxes[0].size[0] = 9;
+    CHECK_ERR(ckpt_plan_reads(ck, w, NS + 1, &r), SCK_ERR_INVALID_ARG, "does not fit");
+    CHECK(r.op == NULL && r.m == 0);
+    sck_ckpt_close(ck);
+    free(out);
+    free(bout);
+    free(small);
+    free(big);
+}
+
+/* A failing bytes entry before a tensor that does not match: the bytes entry's error is the load's,
+ * as entries are taken in state order; the other way round, the mismatch is. */
+TEST(read_ahead_load_errors_keep_state_order) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    float t[64];
+    th_fill(t, sizeof t, 3);
+    sck_state *st = sck_state_new();
+    int64_t shape[1] = {64};
+    REQUIRE_OK(sck_state_add_blob(st, "a.blob", "0123456789abcdef", 16));
+    REQUIRE_OK(sck_state_add_replicated(st, "b.t", SCK_F32, 1, shape, t));
+    REQUIRE_OK(sck_save(NULL, dir, st, NULL));
+    sck_state_free(st);
+    sck_ckpt *ck = NULL;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    sck_chunk_info ci;
+    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)sck_ckpt_find(ck, "a.blob"), 0, &ci));
+    char file[256];
+    snprintf(file, sizeof file, "%s", ci.file);
+    uint64_t at = ci.offset + ci.length - 3;
+    sck_ckpt_close(ck);
+    REQUIRE(fx_flip(dir, file, at, 0x10) == 0);
+    /* blob first (damaged), then a tensor with the wrong dtype: the checksum error wins */
+    int32_t wrong[64];
+    sck_state *a = sck_state_new();
+    REQUIRE_OK(sck_state_add_blob(a, "a.blob", NULL, 0));
+    REQUIRE_OK(sck_state_add_replicated(a, "b.t", SCK_I32, 1, shape, wrong));
+    CHECK_ERR(sck_load(NULL, dir, a, NULL), SCK_ERR_CHECKSUM, "'a.blob'");
+    sck_state_free(a);
+    /* the same two the other way round (keys sorted differently in the state) */
+    sck_state *b = sck_state_new();
+    REQUIRE_OK(sck_state_add_replicated(b, "b.t", SCK_I32, 1, shape, wrong));
+    REQUIRE_OK(sck_state_add_blob(b, "a.blob", NULL, 0));
+    CHECK_ERR(sck_load(NULL, dir, b, NULL), SCK_ERR_MISMATCH, "'b.t'");
+    sck_state_free(b);
+    REQUIRE(fx_flip(dir, file, at, 0x10) == 0);
+    /* undamaged: both load */
+    float back[64];
+    sck_state *c = sck_state_new();
+    REQUIRE_OK(sck_state_add_blob(c, "a.blob", NULL, 0));
+    REQUIRE_OK(sck_state_add_replicated(c, "b.t", SCK_F32, 1, shape, back));
+    CHECK_OK(sck_load(NULL, dir, c, NULL));
+    CHECK(!memcmp(back, t, sizeof t));
+    sck_state_free(c);
+}
