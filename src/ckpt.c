@@ -183,18 +183,19 @@ void ckpt_shared_release(ck_shared *s, int n) {
     }
 }
 
-/* Builds an sck_ckpt for directory `dir` from its `.metadata` bytes, already read (ckpt_open_dcp). */
-static int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
+int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
     char what[4096];
     ck_meta m;
-    uint8_t *w;
-    size_t wn;
-    int rc;
+    uint8_t *w, *data;
+    size_t wn, n;
+    *out = NULL;
     if (wire) *wire = NULL;
-    meta_side_read(dir, data, n, &w, &wn);
+    int rc = meta_side_open(dir, &w, &wn, &data, &n);
+    if (rc) return rc;
     if (w) {
         snprintf(what, sizeof what, "%s/%s", dir, META_SIDE_NAME);
         if ((rc = meta_wire_decode(w, wn, what, &m)) == SCK_OK) {
+            free(data);
             if ((rc = ckpt_from_model(dir, &m, 0, out))) {
                 free(w);
                 return rc;
@@ -208,21 +209,10 @@ static int ckpt_from_metadata(const char *dir, const uint8_t *data, size_t n, sc
         sck_err_clear();
     }
     snprintf(what, sizeof what, "%s/.metadata", dir);
-    if ((rc = dcp_meta_decode(data, n, what, &m))) return rc;
-    return ckpt_from_model(dir, &m, 0, out);
-}
-
-int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
-    char mp[4096];
-    uint8_t *data = NULL;
-    size_t n = 0;
-    *out = NULL;
-    if (wire) *wire = NULL;
-    snprintf(mp, sizeof mp, "%s/.metadata", dir);
-    int rc = sck_read_file(mp, &data, &n);
-    if (!rc) rc = ckpt_from_metadata(dir, data, n, out, wire, wire_len);
+    if (!data && (rc = sck_read_file(what, &data, &n))) return rc;
+    rc = dcp_meta_decode(data, n, what, &m);
     free(data);
-    return rc;
+    return rc ? rc : ckpt_from_model(dir, &m, 0, out);
 }
 
 static int open_path(const char *path, sck_ckpt **out);

@@ -110,8 +110,8 @@ static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t 
     return file + (ext[file] ? (double)off / (double)ext[file] : 0.0);
 }
 
-/* Opens DCP directory `dir`: reads its `.metadata` and builds the sck_ckpt from the model cache beside
- * it when that matches (src/meta_side.h), else by decoding the pickle.  When the cache served and wire
+/* Opens DCP directory `dir`: builds the sck_ckpt from the model cache beside `.metadata` when that
+ * belongs to it (src/meta_side.h: `.metadata` is then not even read), else by decoding the pickle.  When the cache served and wire
  * is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL.  Errors: SCK_ERR_IO and the
  * decoders' (SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM), SCK_ERR_COVERAGE (overlapping chunks). */
 int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len);

@@ -4,17 +4,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "crc32c.h"
 #include "fileio.h"
 #include "meta_wire.h"
 
-static const uint8_t side_magic[8] = {'S', 'C', 'K', 'S', 'I', 'D', 'E', 1};
+static const uint8_t side_magic[7] = {'S', 'C', 'K', 'S', 'I', 'D', 'E'};
 
-#define SIDE_HEAD 24
+#define SIDE_HEAD_V1 24
+#define SIDE_HEAD 64
 
 static void put32(uint8_t *p, uint32_t v) {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+
+static void put64(uint8_t *p, uint64_t v) {
+    put32(p, (uint32_t)v);
+    put32(p + 4, (uint32_t)(v >> 32));
+}
+
+/* Bytes 24..56 of a version 2 header: the identity of a `.metadata` file. */
+static void put_identity(uint8_t *p, const struct stat *sb) {
+    put64(p, (uint64_t)sb->st_ino);
+    put64(p + 8, (uint64_t)(int64_t)sb->st_mtim.tv_sec);
+    put32(p + 16, (uint32_t)sb->st_mtim.tv_nsec);
+    put32(p + 20, (uint32_t)sb->st_ctim.tv_nsec);
+    put64(p + 24, (uint64_t)(int64_t)sb->st_ctim.tv_sec);
 }
 
 int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size_t meta_len) {
@@ -24,11 +40,18 @@ int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size
     int rc = sck_buf_append(&b, head, sizeof head);
     if (!rc) rc = meta_wire_encode(m, &b);
     if (!rc) {
-        memcpy(b.data, side_magic, 8);
-        put32(b.data + 8, (uint32_t)meta_len);
-        put32(b.data + 12, (uint32_t)((uint64_t)meta_len >> 32));
+        char path[4200];
+        snprintf(path, sizeof path, "%s/.metadata", dir);
+        struct stat sb;
+        int known = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == (uint64_t)meta_len;
+        memcpy(b.data, side_magic, 7);
+        b.data[7] = 2;
+        put64(b.data + 8, (uint64_t)meta_len);
         put32(b.data + 16, sck_crc32c(0, meta, meta_len));
         put32(b.data + 20, sck_crc32c(0, b.data + SIDE_HEAD, b.len - SIDE_HEAD));
+        if (known) put_identity(b.data + 24, &sb);
+        put32(b.data + 56, (uint32_t)known);
+        put32(b.data + 60, sck_crc32c(0, b.data, 60));
         rc = write_file(dir, META_SIDE_NAME, b.data, b.len, 0);
     } else if (rc == SCK_ERR_NOMEM) {
         rc = sck_err(SCK_ERR_NOMEM, "%s/%s: out of memory", dir, META_SIDE_NAME);
@@ -37,26 +60,52 @@ int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size
     return rc;
 }
 
-void meta_side_read(const char *dir, const uint8_t *meta, size_t meta_len, uint8_t **wire, size_t *wire_len) {
-    *wire = NULL;
-    *wire_len = 0;
-    char path[4200], saved[1024];
+/* Whether the version 2 header h records the identity of the file `sb` describes, on a file system
+ * with sub-second times (with whole seconds, a rewrite in the same second keeps the times). */
+static int same_identity(const uint8_t *h, const struct stat *sb) {
+    if (sck_le32(h + 56) != 1 || (sb->st_mtim.tv_nsec == 0 && sb->st_ctim.tv_nsec == 0)) return 0;
+    uint8_t now[32];
+    put_identity(now, sb);
+    return !memcmp(h + 24, now, sizeof now) && sck_le64(h + 8) == (uint64_t)sb->st_size;
+}
+
+int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **meta, size_t *meta_len) {
+    *wire = *meta = NULL;
+    *wire_len = *meta_len = 0;
+    char path[4200], mp[4200], saved[1024];
     snprintf(path, sizeof path, "%s/%s", dir, META_SIDE_NAME);
+    snprintf(mp, sizeof mp, "%s/.metadata", dir);
     snprintf(saved, sizeof saved, "%s", sck_last_error());
     uint8_t *d = NULL;
-    size_t n = 0;
-    if (sck_read_file(path, &d, &n) != SCK_OK) { /* none (a torch checkpoint) or unreadable */
-        sck_err_set_raw(saved);
-        return;
+    size_t n = 0, head = 0;
+    struct stat sb;
+    int have_st = stat(mp, &sb) == 0;
+    if (sck_read_file(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
+        if (d[7] == 1) head = SIDE_HEAD_V1;
+        else if (d[7] == 2 && n >= SIDE_HEAD && sck_le32(d + 60) == sck_crc32c(0, d, 60)) head = SIDE_HEAD;
+        if (head && sck_le32(d + 20) != sck_crc32c(0, d + head, n - head)) head = 0;
     }
-    if (n >= SIDE_HEAD && !memcmp(d, side_magic, 8) && sck_le64(d + 8) == (uint64_t)meta_len &&
-        sck_le32(d + 16) == sck_crc32c(0, meta, meta_len) && sck_le32(d + 20) == sck_crc32c(0, d + SIDE_HEAD, n - SIDE_HEAD)) {
-        memmove(d, d + SIDE_HEAD, n - SIDE_HEAD);
-        *wire = d;
-        *wire_len = n - SIDE_HEAD;
-        return;
+    sck_err_set_raw(saved); /* no cache (a torch checkpoint), or unreadable: not an error */
+    if (!head) {
+        free(d);
+        d = NULL;
     }
-    free(d);
+    if (!(head == SIDE_HEAD && have_st && same_identity(d, &sb))) {
+        int rc = sck_read_file(mp, meta, meta_len);
+        if (rc) {
+            free(d);
+            return rc;
+        }
+        if (head && (sck_le64(d + 8) != (uint64_t)*meta_len || sck_le32(d + 16) != sck_crc32c(0, *meta, *meta_len))) head = 0;
+    }
+    if (!head) {
+        free(d);
+        return SCK_OK;
+    }
+    memmove(d, d + head, n - head);
+    *wire = d;
+    *wire_len = n - head;
+    return SCK_OK;
 }
 
 static int same_chunk(const ck_meta *a, const ck_chunk *x, const ck_meta *b, const ck_chunk *y) {

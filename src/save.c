@@ -235,9 +235,10 @@ int save_finish(save_job *j) {
         sck_buf meta;
         sck_buf_init(&meta);
         if (!local) local = dcp_meta_encode(&j->plan.m, &meta);
-        /* The model cache first: .metadata, written last, completes the checkpoint. */
-        if (!local) local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
+        /* .metadata, then the model cache, which records that file's identity (src/meta_side.h);
+         * nothing is visible before commit_publish swaps the directory in. */
         if (!local) local = write_file(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync);
+        if (!local) local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
         if (!local) local = commit_publish(&j->cm, j->do_fsync);
         sck_buf_free(&meta);
     }

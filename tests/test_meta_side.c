@@ -1,9 +1,12 @@
 /* test_meta_side.c - `.metadata.sck`, the model cache a save writes beside `.metadata`: opening uses it
  * only when it belongs to those `.metadata` bytes and is whole; it describes what the pickle
  * describes; sck_ckpt_verify catches one that describes something else. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "ckpt.h"
 #include "ckpt_fixture.h"
@@ -209,4 +212,147 @@ TEST(meta_side_payload_offsets_checked_by_verify) {
     CHECK_ERR(sck_ckpt_verify(ck, NULL), SCK_ERR_FORMAT, "'model.w' item at offset");
     CHECK(strstr(sck_last_error(), "is not where .metadata.sck says") != NULL);
     sck_ckpt_close(ck);
+}
+
+/* ---- the identity of .metadata: trusted unread while it is the file the save wrote ---- */
+
+static uint64_t thread_rchar(void) {
+    FILE *f = fopen("/proc/thread-self/io", "r");
+    if (!f) return 0;
+    char line[128];
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "rchar: %llu", &v) == 1) break;
+    fclose(f);
+    return v;
+}
+
+/* Bytes this thread read opening dir (-1: the open failed); *side: whether the cache served. */
+static long long open_reads(const char *dir, int *side) {
+    uint64_t before = thread_rchar();
+    sck_ckpt *ck;
+    if (sck_ckpt_open(dir, &ck) != SCK_OK) return -1;
+    long long n = (long long)(thread_rchar() - before);
+    *side = ck->from_side;
+    sck_ckpt_close(ck);
+    return n;
+}
+
+static long long file_size(const char *dir, const char *name) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    struct stat sb;
+    return stat(p, &sb) == 0 ? (long long)sb.st_size : -1;
+}
+
+#define NT 300
+
+static int save_many(sck_comm *c, void *arg) {
+    const char *dir = arg;
+    int r = sck_comm_rank(c);
+    static float data[NT][2][4];
+    sck_state *st = sck_state_new();
+    int rc = SCK_OK;
+    for (int t = 0; t < NT && !rc; t++) {
+        char key[64];
+        snprintf(key, sizeof key, "layers.%03d.a_rather_long_parameter_name.weight", t);
+        for (int k = 0; k < 4; k++) data[t][r][k] = (float)(t * 8 + r * 4 + k);
+        int64_t shape[2] = {2, 4}, off[2] = {r, 0}, size[2] = {1, 4};
+        rc = sck_state_add_box(st, key, SCK_F32, 2, shape, off, size, data[t][r]);
+    }
+    if (!rc) rc = sck_save(c, dir, st, NULL);
+    sck_state_free(st);
+    return rc;
+}
+
+/* Loads every tensor save_many saved, whole, on one rank: 0 if bit-exact. */
+static int load_many(const char *dir) {
+    static float back[NT][8];
+    sck_state *st = sck_state_new();
+    int rc = SCK_OK;
+    for (int t = 0; t < NT && !rc; t++) {
+        char key[64];
+        snprintf(key, sizeof key, "layers.%03d.a_rather_long_parameter_name.weight", t);
+        int64_t shape[2] = {2, 4};
+        rc = sck_state_add_replicated(st, key, SCK_F32, 2, shape, back[t]);
+    }
+    if (!rc) rc = sck_load(NULL, dir, st, NULL);
+    sck_state_free(st);
+    for (int t = 0; t < NT && !rc; t++)
+        for (int k = 0; k < 8; k++)
+            if (back[t][k] != (float)(t * 8 + k)) rc = -1;
+    return rc;
+}
+
+/* A header of version 1 (earlier builds) for the cache in dir: the same payload, compared by CRC. */
+static int make_v1(const char *dir) {
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, META_SIDE_NAME);
+    size_t n;
+    unsigned char *d = fx_read(p, &n);
+    if (!d || n < 64) return -1;
+    d[7] = 1;
+    memmove(d + 24, d + 64, n - 64);
+    int rc = fx_write(p, d, n - 40);
+    free(d);
+    return rc;
+}
+
+TEST(meta_side_trusts_the_metadata_file_it_was_written_for_unread) {
+    char dir[4096], copy[4096], cmd[9000];
+    snprintf(dir, sizeof dir, "%s/id", th_tmpdir());
+    REQUIRE_OK(sck_threads_run(2, save_many, dir));
+    long long meta = file_size(dir, ".metadata"), side = file_size(dir, META_SIDE_NAME);
+    REQUIRE(meta > 20000 && side > 0);
+    REQUIRE(access("/proc/thread-self/io", R_OK) == 0);
+    struct stat sb;
+    char mp[4200];
+    snprintf(mp, sizeof mp, "%s/.metadata", dir);
+    REQUIRE(stat(mp, &sb) == 0);
+    int subsecond = sb.st_mtim.tv_nsec != 0 || sb.st_ctim.tv_nsec != 0;
+    int s = -1;
+    long long n = open_reads(dir, &s);
+    CHECK(s == 1);
+    /* the cache alone (and the few hundred bytes of /proc this thread read to count) */
+    if (subsecond) CHECK(n >= side && n < side + 4096);
+    else fprintf(stderr, "  (whole-second times here: .metadata is read and compared)\n");
+
+    /* A copy: another inode and other times, the same bytes: .metadata read, the cache still used. */
+    snprintf(copy, sizeof copy, "%s/copy", th_tmpdir());
+    snprintf(cmd, sizeof cmd, "cp -r '%s' '%s'", dir, copy);
+    REQUIRE(system(cmd) == 0);
+    n = open_reads(copy, &s);
+    CHECK(s == 1);
+    CHECK(n >= side + meta);
+    CHECK(load_many(dir) == 0);
+    CHECK(load_many(copy) == 0);
+
+    /* Times set back to what they were: the change time moves anyway, so .metadata is read. */
+    struct timespec ts[2] = {sb.st_atim, sb.st_mtim};
+    REQUIRE(utimensat(AT_FDCWD, mp, ts, 0) == 0);
+    n = open_reads(dir, &s);
+    CHECK(s == 1);
+    CHECK(n >= side + meta);
+
+    /* A version 1 cache (no identity): compared by CRC, still used. */
+    REQUIRE(make_v1(copy) == 0);
+    n = open_reads(copy, &s);
+    CHECK(s == 1);
+    CHECK(n >= side - 40 + meta);
+
+    /* .metadata rewritten in place with the same bytes and length (same inode): read and compared. */
+    size_t mn;
+    unsigned char *md = fx_read(mp, &mn);
+    REQUIRE(md);
+    REQUIRE(fx_write(mp, md, mn) == 0);
+    free(md);
+    n = open_reads(dir, &s);
+    CHECK(s == 1);
+    CHECK(n >= side + meta);
+    /* ... and with other bytes of the same length: the cache no longer belongs. */
+    REQUIRE(fx_flip(dir, ".metadata", (uint64_t)meta - 2, 0x01) == 0);
+    sck_ckpt *ck = NULL;
+    int rc = sck_ckpt_open(dir, &ck);
+    CHECK(rc != SCK_OK || ck->from_side == 0);
+    if (ck) sck_ckpt_close(ck);
 }
