@@ -1149,13 +1149,6 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     return box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
 }
 
-/* One overlap to read: want k's part in chunk ci of its entry, ordered by where the item lies. */
-typedef struct read_op {
-    uint32_t file;
-    uint64_t off;
-    size_t k, ci;
-} read_op;
-
 static int cmp_read_op(const void *a, const void *b) {
     const read_op *x = a, *y = b;
     if (x->file != y->file) return x->file < y->file ? -1 : 1;
@@ -1178,7 +1171,8 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
     sck_box ov;
     ck_ov_begin(&it, e, w->box, ckpt_chunk_hint(ck, e));
     while (ck_ov_next(&it, &ci, &ov)) {
-        got += box_numel(&ov);
+        uint64_t elems = box_numel(&ov);
+        got += elems;
         if (*m == *cap) {
             size_t c2 = *cap ? 2 * *cap : 64;
             read_op *p = c2 <= SIZE_MAX / sizeof *p ? realloc(*op, c2 * sizeof *p) : NULL;
@@ -1186,7 +1180,7 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
             *op = p;
             *cap = c2;
         }
-        (*op)[(*m)++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci};
+        (*op)[(*m)++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci, elems};
     }
     if (got != need) /* never more: saved chunks do not overlap */
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",

@@ -164,8 +164,14 @@ int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
  * (ckpt_advise_reads) while it plans its checks (src/load_checks.h).  ckpt_plan_reads checks every
  * box and orders the reads (errors as ckpt_read_boxes'; on error *r holds nothing); ckpt_run_reads
  * then reads them, wants w unchanged, and frees *r whatever it returns. */
+typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
+    uint32_t file;
+    uint64_t off;                   /* the item's file and offset: the reading order */
+    size_t k, ci;
+    uint64_t elems;                 /* elements in the overlap */
+} read_op;
 typedef struct ck_reads {
-    struct read_op *op;
+    read_op *op;
     size_t m;
 } ck_reads;
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);

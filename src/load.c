@@ -284,7 +284,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     /* The disk starts on the first reads while the ranks plan who checks what, tens of ms of CPU
      * with many small tensors.  A rank that cannot plan, or would read with O_DIRECT, asks for nothing. */
     if (!local && !lp.rc && comm->size > 1 && ck->io != CK_IO_DIRECT) ckpt_advise_reads(ck, lp.w, &lp.reads, READ_AHEAD);
-    rc = lc_assign(comm, ck, st, found); /* without `found`, this rank's part fails with NOMEM */
+    rc = lc_assign(comm, ck, lp.w, &lp.reads, local);
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
     if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, &lp));
     load_plan_free(&lp);

@@ -6,12 +6,6 @@
 
 #include "crc32c.h"
 
-/* Whether load_tensor (src/load.c) reads entry ce for e: it rejects other kinds, dtypes and shapes. */
-static int readable(const ck_entry *ce, const st_entry *e) {
-    return e->kind == ENT_TENSOR && !ce->is_bytes && ce->dtype >= 0 && ce->dtype == (int)e->dtype && ce->ndim == e->ndim &&
-           !memcmp(ce->shape, e->shape, (size_t)e->ndim * sizeof *e->shape);
-}
-
 /* First item number of each entry (n+1 values). */
 static size_t *item_bases(const ck_meta *m) {
     size_t *base = malloc((m->n + 1) * sizeof *base);
@@ -57,13 +51,19 @@ static int add_runs(sck_ckpt *ck, size_t ei, size_t ci, uint64_t g, const sck_bo
     return SCK_OK;
 }
 
-int lc_needs(sck_ckpt *ck, const sck_state *st, const long *found, uint8_t **wire, size_t *wire_len) {
+int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len) {
     *wire = NULL;
     *wire_len = 0;
     size_t *base = item_bases(&ck->m);
     size_t items = base ? base[ck->m.n] : 0;
-    uint64_t *need = base ? calloc(items ? items : 1, sizeof *need) : NULL;
-    uint8_t *nr = need ? calloc(items ? items : 1, 1) : NULL; /* runs per item; LC_RANGES + 1: many */
+    /* Written before they are read: a first read of fresh zeroed memory maps the zero page, and the
+     * write after it then costs a copy-on-write fault and a TLB flush on every CPU. */
+    uint64_t *need = base ? malloc((items ? items : 1) * sizeof *need) : NULL;
+    uint8_t *nr = need ? malloc(items ? items : 1) : NULL; /* runs per item; LC_RANGES + 1: many */
+    if (nr) {
+        memset(need, 0, (items ? items : 1) * sizeof *need);
+        memset(nr, 0, items ? items : 1);
+    }
     lc_run *runs = NULL;
     size_t nruns = 0, cap = 0;
     int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
@@ -71,67 +71,63 @@ int lc_needs(sck_ckpt *ck, const sck_state *st, const long *found, uint8_t **wir
      * resolves the items (reading those headers) to find the runs, without a wait per item. */
     int partial = 0; /* overlaps reading part of a chunk: only they need pass 1 */
     for (int pass = 0; pass < 1 + !!partial; pass++) {
-        for (size_t i = 0; !rc && i < st->n; i++) {
-            const st_entry *e = &st->e[i];
-            long ei = e->kind == ENT_TENSOR ? found[i] : -1;
-            if (ei < 0 || !readable(&ck->m.e[ei], e)) continue;
-            const ck_entry *ce = &ck->m.e[ei];
-            uint64_t elem = sck_dtype_size(e->dtype);
-            for (size_t p = 0; !rc && p < e->npieces; p++) {
-                const sck_box *want = &e->pieces[p].box;
-                if (!box_within(want, ce->shape)) continue;
-                ck_ov_it it;
-                size_t ci;
+        for (size_t j = 0; !rc && j < r->m; j++) {
+            const read_op *o = &r->op[j];
+            const ck_want *x = &w[o->k];
+            const ck_entry *ce = &ck->m.e[x->ei];
+            const ck_chunk *c = &ce->chunks[o->ci];
+            if (!c->has_crc) continue;
+            uint64_t g = base[x->ei] + o->ci, *b = &need[g], add = o->elems * sck_dtype_size((sck_dtype)ce->dtype);
+            /* A rank reading the whole chunk reads the whole item: it is the owner, checks it whole
+             * and combines nothing (plan_comb), so its runs are not needed and the item is not
+             * resolved here (for a same-layout load, no item is). */
+            int whole = o->elems == box_numel(&c->box);
+            if (pass) {
                 sck_box ov;
-                ck_ov_begin(&it, ce, want, ckpt_chunk_hint(ck, ce));
-                while (!rc && ck_ov_next(&it, &ci, &ov)) {
-                    if (!ce->chunks[ci].has_crc) continue;
-                    uint64_t g = base[ei] + ci, *b = &need[g], add = box_numel(&ov) * elem;
-                    /* A rank reading the whole chunk reads the whole item: it is the owner, checks it
-                     * whole and combines nothing (plan_comb), so its runs are not needed and the item
-                     * is not resolved here (for a same-layout load, no item is). */
-                    int whole = box_numel(&ov) == box_numel(&ce->chunks[ci].box);
-                    if (pass) {
-                        if (whole) nr[g] = LC_RANGES + 1;
-                        else rc = add_runs(ck, (size_t)ei, ci, g, want, &ov, nr, &runs, &nruns, &cap);
-                        continue;
-                    }
-                    partial |= !whole;
-                    if (!*b && !whole) ckpt_prefetch_headers(ck, (size_t)ei, ci);
-                    *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
-                }
+                if (whole) nr[g] = LC_RANGES + 1;
+                else if (box_intersect(&c->box, x->box, &ov)) rc = add_runs(ck, x->ei, o->ci, g, x->box, &ov, nr, &runs, &nruns, &cap);
+                continue;
             }
+            partial |= !whole;
+            if (!*b && !whole) ckpt_prefetch_headers(ck, x->ei, o->ci);
+            *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
         }
     }
     size_t k = 0;
     for (size_t g = 0; !rc && g < items; g++) k += need[g] != 0;
-    /* The wire list: per item needed, {item, bytes, number of runs (0: many)} and that many {offset,
-     * length}, all uint64. */
-    uint64_t *w = NULL;
-    size_t wn = 0;
+    /* The wire list: per item needed, varints {items skipped since the last one, bytes, number of runs
+     * (0: many)} and that many {offset, length}.  Every rank gathers every rank's list, so it is kept
+     * small: about 4 bytes an item where 24 would do. */
+    uint8_t *out = NULL, *q = NULL;
     if (!rc) {
         if (nruns) qsort(runs, nruns, sizeof *runs, cmp_run);
-        w = malloc((3 * k + 2 * nruns + 1) * sizeof *w);
-        if (!w) rc = SCK_ERR_NOMEM;
+        q = out = malloc(30 * k + 20 * nruns + 1);
+        if (!out) rc = SCK_ERR_NOMEM;
     }
     size_t ri = 0;
+    uint64_t next = 0;
     for (size_t g = 0; !rc && g < items; g++) {
         if (!need[g]) continue;
         while (ri < nruns && runs[ri].item < g) ri++;
-        uint64_t m = nr[g] <= LC_RANGES ? nr[g] : 0;
-        w[wn++] = g, w[wn++] = need[g], w[wn++] = m;
-        for (uint64_t j = 0; j < m && ri < nruns && runs[ri].item == g; j++, ri++) w[wn++] = runs[ri].off, w[wn++] = runs[ri].len;
+        uint64_t m = nr[g] <= LC_RANGES ? nr[g] : 0, j = 0;
+        for (size_t x = ri; j < m && x < nruns && runs[x].item == g; x++) j++;
+        m = j; /* as many as there are */
+        q = sck_put_varint(q, g - next);
+        q = sck_put_varint(q, need[g]);
+        q = sck_put_varint(q, m);
+        for (j = 0; j < m; j++, ri++) q = sck_put_varint(sck_put_varint(q, runs[ri].off), runs[ri].len);
+        next = g + 1;
     }
     free(base);
     free(need);
     free(nr);
     free(runs);
     if (rc) {
-        free(w);
+        free(out);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
     }
-    *wire = (uint8_t *)w;
-    *wire_len = wn * sizeof *w;
+    *wire = out;
+    *wire_len = (size_t)(q - out);
     return SCK_OK;
 }
 
@@ -186,18 +182,12 @@ static int any_checksum(const ck_meta *m) {
     return 0;
 }
 
-/* Where one rank's runs of one item are in the gathered wire lists: nr {offset, length} pairs at rg
- * (unaligned: read with memcpy); nr 0: many runs, or none known. */
+/* Where one rank's runs of one item are in the gathered wire lists: nr {offset, length} varint pairs
+ * from rg on (parse_list checked that they lie before the list's end); nr 0: many runs, or none known. */
 typedef struct lc_rng {
-    const uint8_t *rg;
+    const uint8_t *rg, *end;
     uint64_t nr;
 } lc_rng;
-
-static uint64_t rd64(const uint8_t *p) {
-    uint64_t v;
-    memcpy(&v, p, sizeof v);
-    return v;
-}
 
 typedef struct lc_cand {
     uint64_t off, len;
@@ -237,9 +227,11 @@ static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at
     nc = 0;
     for (int r = 0; r < nranks; r++) {
         long i = at[r];
+        const uint8_t *q = i >= 0 ? rng[r][i].rg : NULL;
         for (uint64_t j = 0; i >= 0 && j < rng[r][i].nr; j++) {
-            uint64_t off = rd64(rng[r][i].rg + 16 * j), len = rd64(rng[r][i].rg + 16 * j + 8);
-            if (!len || off < lo || off > hi || len > hi - off) {
+            uint64_t off = 0, len = 0;
+            if (!sck_get_varint(&q, rng[r][i].end, &off) || !sck_get_varint(&q, rng[r][i].end, &len) || !len || off < lo ||
+                off > hi || len > hi - off) {
                 free(cd);
                 return 0; /* not from this code: no combined check */
             }
@@ -339,39 +331,48 @@ static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *co
     ck->ncombs = ncb;
 }
 
-/* Splits rank r's wire list (counts[r] bytes at p) into lc_need and lc_rng arrays; 0 if malformed. */
+/* One record of a wire list at *q (advanced past it): 0 if malformed or past the items' range. */
+static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc_need *x, lc_rng *g) {
+    uint64_t skip, m, v;
+    if (!sck_get_varint(q, end, &skip) || !sck_get_varint(q, end, &x->bytes) || !sck_get_varint(q, end, &m) || m > LC_RANGES ||
+        skip > UINT64_MAX - 1 - *next)
+        return 0;
+    x->item = *next + skip;
+    *next = x->item + 1;
+    *g = (lc_rng){*q, end, m};
+    for (uint64_t j = 0; j < 2 * m; j++)
+        if (!sck_get_varint(q, end, &v)) return 0;
+    return 1;
+}
+
+/* Splits rank r's wire list (counts[r] bytes at p) into lc_need and lc_rng arrays (items ascend by
+ * construction); 0 if malformed, -1 out of memory. */
 static int parse_list(const uint8_t *p, size_t len, lc_need **l, lc_rng **g, size_t *n) {
     size_t k = 0;
+    uint64_t next = 0;
+    lc_need x;
+    lc_rng y;
     *l = NULL;
     *g = NULL;
     *n = 0;
-    for (size_t at = 0; at < len; k++) { /* count and validate */
-        if (len - at < 24) return 0;
-        uint64_t m = rd64(p + at + 16);
-        if (m > LC_RANGES || (len - at - 24) / 16 < m) return 0;
-        at += 24 + 16 * (size_t)m;
-    }
+    for (const uint8_t *q = p; q < p + len; k++) /* count and validate */
+        if (!next_record(&q, p + len, &next, &x, &y)) return 0;
     *l = malloc((k ? k : 1) * sizeof **l);
     *g = malloc((k ? k : 1) * sizeof **g);
     if (!*l || !*g) return -1;
+    next = 0;
     k = 0;
-    for (size_t at = 0; at < len; k++) {
-        uint64_t m = rd64(p + at + 16);
-        (*l)[k] = (lc_need){rd64(p + at), rd64(p + at + 8)};
-        (*g)[k] = (lc_rng){p + at + 24, m};
-        if (k && (*l)[k].item <= (*l)[k - 1].item) return 0; /* must ascend */
-        at += 24 + 16 * (size_t)m;
-    }
+    for (const uint8_t *q = p; q < p + len; k++) next_record(&q, p + len, &next, &(*l)[k], &(*g)[k]);
     *n = k;
     return 1;
 }
 
-int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st, const long *found) {
+int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     size_t wlen = 0;
     uint8_t *wire = NULL;
-    int local = !found ? SCK_ERR_NOMEM : ck->verify ? lc_needs(ck, st, found, &wire, &wlen) : SCK_OK;
+    if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen);
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     size_t *nr = calloc((size_t)comm->size, sizeof *nr);
     lc_need **lists = calloc((size_t)comm->size, sizeof *lists);
@@ -389,14 +390,14 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st, const long *fou
     free(wire);
     int good = 1; /* else (not from this code) nothing is marked: every rank checks what it reads */
     const uint8_t *p = all;
-    for (int r = 0; !rc && good && r < comm->size; r++) {
-        int k = parse_list(p, counts[r], &lists[r], &rngs[r], &nr[r]);
+    for (int i = 0; !rc && good && i < comm->size; i++) {
+        int k = parse_list(p, counts[i], &lists[i], &rngs[i], &nr[i]);
         if (k < 0) ck->plan_failed = 1;
         good = k > 0;
-        p += counts[r];
+        p += counts[i];
     }
     if (!rc && good) mark_peers(ck, (const lc_need *const *)lists, (const lc_rng *const *)rngs, nr, comm->size, comm->rank);
-    for (int r = 0; r < comm->size; r++) free(lists[r]), free(rngs[r]);
+    for (int i = 0; i < comm->size; i++) free(lists[i]), free(rngs[i]);
     free(all);
     free(counts);
     free(nr);

@@ -22,12 +22,12 @@ typedef struct lc_need {
 
 #define LC_RANGES 8 /* a rank reading an item as more runs than this: the item is checked whole */
 
-/* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; caller frees), for state
- * st whose entry i is the model's entry found[i] (-1: not in the checkpoint): per checksummed tensor item its boxes overlap, by ascending item, {item, bytes needed, runs (0: more than
- * LC_RANGES, unknown, or the whole chunk)} and each run's {file offset, length}, uint64 each; the
- * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.  Entries the load will reject (missing, other dtype or shape, bytes) are
- * left out: nothing is read from them.  Errors: SCK_ERR_NOMEM. */
-int lc_needs(sck_ckpt *ck, const sck_state *st, const long *found, uint8_t **wire, size_t *wire_len);
+/* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; caller frees), for the
+ * reads r planned for wants w (ckpt_plan_reads): per checksummed tensor item they overlap, by ascending item, {items skipped since the previous one, bytes needed, runs (0: more than
+ * LC_RANGES, unknown, or the whole chunk)} and each run's {file offset, length}, as varints; the
+ * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.
+ * Errors: SCK_ERR_NOMEM. */
+int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len);
 
 /* The rank that checks item `item` of the model's `nitems`, given every rank's list (all[r], n[r]
  * records): the rank needing most bytes of it; ties (ranks needing at least most - most/LC_NEAR_TIE
@@ -42,10 +42,11 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
 /* Collective (one comm_agree_gather when size > 1 and the checkpoint records checksums): exchanges
  * every rank's lc_needs and marks in ck->peer_checks the items another rank checks (1) or that are
  * checked by combining CRCs (2; this rank's segments and gaps in ck->combs).  A rank loading
- * with verification off (ck->verify 0) needs nothing checked and owns nothing.  found: as for lc_needs;
- * NULL (the caller ran out of memory making it) takes part with SCK_ERR_NOMEM.  Returns the agreed
- * status: SCK_ERR_NOMEM or a communicator error from any rank. */
-int lc_assign(sck_comm *comm, sck_ckpt *ck, const sck_state *st, const long *found);
+ * with verification off (ck->verify 0) needs nothing checked and owns nothing.  w, r: as for lc_needs
+ * (a load that will fail its checks plans no reads and sends an empty list).  local: a failure of
+ * this rank's planning (SCK_ERR_NOMEM), with which it takes part.  Returns the agreed status:
+ * SCK_ERR_NOMEM or a communicator error from any rank. */
+int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local);
 
 /* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has
  * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): rank r
