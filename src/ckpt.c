@@ -1338,27 +1338,6 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     return SCK_OK;
 }
 
-void ckpt_advise_reads(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint64_t budget) {
-    uint32_t file = 0;
-    uint64_t lo = 0, hi = 0;
-    for (size_t j = 0; j <= r->m; j++) {
-        const ck_chunk *c = j < r->m ? &ck->m.e[w[r->op[j].k].ei].chunks[r->op[j].ci] : NULL;
-        if (c && (c->length > SMALL_ITEM || (c->file == file && c->offset >= lo && c->offset < hi))) continue; /* large, or asked for */
-        if (c && hi > lo && c->file == file && c->offset >= hi && c->offset - hi <= BATCH_GAP && budget >= c->length) {
-            hi = c->offset + c->length; /* the same stretch */
-            budget -= c->length;
-            continue;
-        }
-        int fd;
-        uint64_t fsize;
-        if (hi > lo && get_file(ck, file, &fd, &fsize) == SCK_OK) posix_fadvise(fd, (off_t)lo, (off_t)(hi - lo), POSIX_FADV_WILLNEED);
-        sck_err_clear(); /* a file that cannot be opened: the read says so */
-        if (!c || budget < c->length) break;
-        file = c->file, lo = c->offset, hi = c->offset + c->length;
-        budget -= c->length;
-    }
-}
-
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n) {
     ck_reads r;
     int rc = ckpt_plan_reads(ck, w, n, &r);

@@ -160,10 +160,10 @@ typedef struct ck_want {
  * anything is read, and the overlaps are read in file order.  Errors: the first failing box's check,
  * then the first failing read's; SCK_ERR_NOMEM.  The same as ckpt_plan_reads, then ckpt_run_reads. */
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
-/* ckpt_read_boxes in two steps, so that a load can start the disk on the first reads
- * (ckpt_advise_reads) while it plans its checks (src/load_checks.h).  ckpt_plan_reads checks every
- * box and orders the reads (errors as ckpt_read_boxes'; on error *r holds nothing); ckpt_run_reads
- * then reads them, wants w unchanged, and frees *r whatever it returns. */
+/* ckpt_read_boxes in two steps: a load plans its checks (src/load_checks.h) from the planned reads.
+ * ckpt_plan_reads checks every box and orders the reads (errors as ckpt_read_boxes'; on error *r
+ * holds nothing); ckpt_run_reads then reads them, wants w unchanged, and frees *r whatever it
+ * returns. */
 typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
     uint32_t file;
     uint64_t off;                   /* the item's file and offset: the reading order */
@@ -176,10 +176,6 @@ typedef struct ck_reads {
 } ck_reads;
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);
 int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r);
-/* Asks the kernel to read ahead the small items (up to SMALL_ITEM) among the first `budget` bytes of
- * planned reads r, in their order, merged across short gaps.  Advice only, never an error.  Large
- * items are left alone: whether they are read with O_DIRECT depends on their not being cached. */
-void ckpt_advise_reads(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint64_t budget);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);
 

@@ -12,11 +12,6 @@
 #include "meta_wire.h"
 #include "state.h"
 
-/* How much of its first reads a rank asks the kernel for before planning checks: what the disk reads
- * in that time (about 40 ms with 8 ranks and 10 000 small tensors each) and no more, as the asking
- * itself takes the rank's time to allocate the page cache. */
-#define READ_AHEAD (8u << 20)
-
 static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
     size_t k = 0;
     k += (size_t)snprintf(buf + k, cap - k, "[");
@@ -91,8 +86,8 @@ static long *find_entries(const sck_ckpt *ck, const sck_state *st) {
     return found;
 }
 
-/* A load's own work, in two steps around the collective planning of checks (load_collective):
- * load_prepare finds what to read, load_run reads it. */
+/* A load's own work, in two steps around the collective planning of checks (load_collective), which
+ * works from the planned reads: load_prepare finds what to read, load_run reads it. */
 typedef struct load_plan {
     ck_want *w;         /* the tensor boxes, in state order */
     size_t nw;
@@ -281,9 +276,6 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     load_plan lp;
     memset(&lp, 0, sizeof lp);
     int local = found ? load_prepare(ck, st, found, flags, &lp) : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
-    /* The disk starts on the first reads while the ranks plan who checks what, tens of ms of CPU
-     * with many small tensors.  A rank that cannot plan, or would read with O_DIRECT, asks for nothing. */
-    if (!local && !lp.rc && comm->size > 1 && ck->io != CK_IO_DIRECT) ckpt_advise_reads(ck, lp.w, &lp.reads, READ_AHEAD);
     rc = lc_assign(comm, ck, lp.w, &lp.reads, local);
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
     if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, &lp));
