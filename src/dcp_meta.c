@@ -166,7 +166,7 @@ static void enc_tensor_props(pk_writer *w, sck_dtype dt) {
     pk_mark(w);
     pk_global_static(w, "torch", sck_dtype_torch_name(dt));
     pk_global_static(w, "torch.serialization", "_get_layout");
-    pk_cstr(w, "torch.strided");
+    pk_cstr_memo(w, "torch.strided");
     pk_tuple(w, 1);
     pk_reduce(w);
     pk_bool(w, 0);
@@ -183,12 +183,12 @@ static void enc_tensor_props(pk_writer *w, sck_dtype dt) {
 static void enc_path(pk_writer *w, const char *key) {
     const char *dot = strchr(key, '.');
     if (!dot || dot == key || !dot[1]) {
-        pk_cstr(w, key);
+        pk_cstr_memo(w, key);
         pk_tuple(w, 1);
         return;
     }
     pk_str(w, key, (size_t)(dot - key));
-    pk_cstr(w, dot + 1);
+    pk_cstr_memo(w, dot + 1);
     pk_tuple(w, 2);
 }
 
@@ -201,30 +201,30 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
     pk_empty_dict(&w);
     pk_mark(&w);
 
-    pk_cstr(&w, "state_dict_metadata");
+    pk_cstr_memo(&w, "state_dict_metadata");
     pk_empty_dict(&w);
     for (size_t i = 0; i < m->n; i++) {
         const ck_entry *e = &m->e[i];
         if (i % 1000 == 0) pk_mark(&w); /* SETITEMS in batches of 1000, as pickle does */
-        pk_cstr(&w, e->key);
+        pk_cstr_memo(&w, e->key);
         if (e->is_bytes) {
             pk_global_static(&w, MOD_META, "BytesStorageMetadata");
             pk_tuple(&w, 0);
             pk_newobj(&w);
         } else {
             enc_obj_begin(&w, MOD_META, "TensorStorageMetadata");
-            pk_cstr(&w, "properties");
+            pk_cstr_memo(&w, "properties");
             enc_tensor_props(&w, (sck_dtype)e->dtype);
-            pk_cstr(&w, "size");
+            pk_cstr_memo(&w, "size");
             enc_size(&w, e->ndim, e->shape);
-            pk_cstr(&w, "chunks");
+            pk_cstr_memo(&w, "chunks");
             pk_empty_list(&w);
             for (size_t c = 0; c < e->nchunks; c++) {
                 if (c % 1000 == 0) pk_mark(&w);
                 enc_obj_begin(&w, MOD_META, "ChunkStorageMetadata");
-                pk_cstr(&w, "offsets");
+                pk_cstr_memo(&w, "offsets");
                 enc_size(&w, e->ndim, e->chunks[c].box.off);
-                pk_cstr(&w, "sizes");
+                pk_cstr_memo(&w, "sizes");
                 enc_size(&w, e->ndim, e->chunks[c].box.size);
                 enc_obj_end(&w);
                 if (c % 1000 == 999 || c + 1 == e->nchunks) pk_appends(&w);
@@ -234,16 +234,16 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
         if (i % 1000 == 999 || i + 1 == m->n) pk_setitems(&w);
     }
 
-    pk_cstr(&w, "planner_data");
+    pk_cstr_memo(&w, "planner_data");
     pk_empty_dict(&w);
     for (size_t i = 0; i < m->n; i++) {
         if (i % 1000 == 0) pk_mark(&w);
-        pk_cstr(&w, m->e[i].key);
+        pk_cstr_memo(&w, m->e[i].key);
         enc_path(&w, m->e[i].key);
         if (i % 1000 == 999 || i + 1 == m->n) pk_setitems(&w);
     }
 
-    pk_cstr(&w, "storage_data");
+    pk_cstr_memo(&w, "storage_data");
     pk_empty_dict(&w);
     size_t total = ck_meta_nchunks(m), k = 0;
     for (size_t i = 0; i < m->n; i++) {
@@ -253,26 +253,26 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
             const ck_chunk *ch = &e->chunks[c];
             /* MetadataIndex: its __init__ sets fqn, index, then offset; offset omitted for bytes */
             enc_obj_begin(&w, MOD_META, "MetadataIndex");
-            pk_cstr(&w, "fqn");
-            pk_cstr(&w, e->key);
-            pk_cstr(&w, "index");
+            pk_cstr_memo(&w, "fqn");
+            pk_cstr_memo(&w, e->key);
+            pk_cstr_memo(&w, "index");
             if (e->is_bytes) pk_none(&w);
             else pk_int(&w, (int64_t)c);
             if (!e->is_bytes) {
-                pk_cstr(&w, "offset");
+                pk_cstr_memo(&w, "offset");
                 enc_size(&w, e->ndim, ch->box.off);
             }
             enc_obj_end(&w);
             enc_obj_begin(&w, MOD_FS, "_StorageInfo");
-            pk_cstr(&w, "relative_path");
-            pk_cstr(&w, m->files[ch->file]);
-            pk_cstr(&w, "offset");
+            pk_cstr_memo(&w, "relative_path");
+            pk_cstr_memo(&w, m->files[ch->file]);
+            pk_cstr_memo(&w, "offset");
             pk_int(&w, (int64_t)ch->offset);
-            pk_cstr(&w, "length");
+            pk_cstr_memo(&w, "length");
             pk_int(&w, (int64_t)ch->length);
             if (ch->has_crc) {
                 /* An extra BUILD key: pickle sets it as an instance attribute, which torch never reads. */
-                pk_cstr(&w, DCP_CRC_KEY);
+                pk_cstr_memo(&w, DCP_CRC_KEY);
                 pk_int(&w, (int64_t)ch->crc32c);
             }
             enc_obj_end(&w);

@@ -1196,6 +1196,11 @@ static void w_memo_free(pk_writer *w) {
     w->memo_keys = NULL;
     w->memo_idx = NULL;
     w->memo_n = w->memo_cap = 0;
+    free(w->smemo_key);
+    free(w->smemo_idx);
+    w->smemo_key = NULL;
+    w->smemo_idx = NULL;
+    w->smemo_n = w->smemo_cap = 0;
 }
 
 int pk_finish(pk_writer *w) {
@@ -1254,6 +1259,64 @@ void pk_str(pk_writer *w, const char *s, size_t n) {
 void pk_cstr(pk_writer *w, const char *s) {
     if (!s) { w_invalid(w, "NULL string"); return; }
     pk_str(w, s, strlen(s));
+}
+
+static uint64_t str_hash(const char *s, size_t n) {
+    uint64_t h = 1469598103934665603ull; /* FNV-1a */
+    for (size_t i = 0; i < n; i++) h = (h ^ (uint8_t)s[i]) * 1099511628211ull;
+    return h;
+}
+
+/* Doubles the string memo table (rehashing). 0 out of memory. */
+static int smemo_grow(pk_writer *w) {
+    size_t cap = w->smemo_cap ? 2 * w->smemo_cap : 1024;
+    const char **keys = calloc(cap, sizeof *keys);
+    uint32_t *idx = malloc(cap * sizeof *idx);
+    if (!keys || !idx) {
+        free(keys);
+        free(idx);
+        return 0;
+    }
+    for (size_t i = 0; i < w->smemo_cap; i++) {
+        if (!w->smemo_key[i]) continue;
+        size_t j = (size_t)str_hash(w->smemo_key[i], strlen(w->smemo_key[i])) & (cap - 1);
+        while (keys[j]) j = (j + 1) & (cap - 1);
+        keys[j] = w->smemo_key[i];
+        idx[j] = w->smemo_idx[i];
+    }
+    free(w->smemo_key);
+    free(w->smemo_idx);
+    w->smemo_key = keys;
+    w->smemo_idx = idx;
+    w->smemo_cap = cap;
+    return 1;
+}
+
+static void w_get(pk_writer *w, uint32_t idx);
+
+void pk_cstr_memo(pk_writer *w, const char *s) {
+    if (w->err) return;
+    if (!s) { w_invalid(w, "NULL string"); return; }
+    size_t n = strlen(s);
+    if (2 * (w->smemo_n + 1) > w->smemo_cap && !smemo_grow(w)) {
+        w->err = sck_err(SCK_ERR_NOMEM, "pickle writer: out of memory");
+        return;
+    }
+    size_t j = (size_t)str_hash(s, n) & (w->smemo_cap - 1);
+    for (; w->smemo_key[j]; j = (j + 1) & (w->smemo_cap - 1))
+        if (!strcmp(w->smemo_key[j], s)) {
+            w_get(w, w->smemo_idx[j]);
+            return;
+        }
+    pk_str(w, s, n);
+    if (w->err) return;
+    uint32_t idx = w->next_memo++;
+    w->smemo_key[j] = s;
+    w->smemo_idx[j] = idx;
+    w->smemo_n++;
+    if (w->proto >= 4) w_op(w, OP_MEMOIZE);
+    else if (idx < 256) w_op_le(w, OP_BINPUT, idx, 1);
+    else w_op_le(w, OP_LONG_BINPUT, idx, 4);
 }
 
 void pk_bytes(pk_writer *w, const void *p, size_t n) {

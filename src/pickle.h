@@ -101,6 +101,11 @@ typedef struct pk_writer {
     uint32_t hot_idx[PK_HOT];
     unsigned hot_next;
     uint32_t next_memo;
+    /* memo of strings emitted by pk_cstr_memo: open addressing on their content, pointers to the
+     * callers' strings */
+    const char **smemo_key;
+    uint32_t *smemo_idx;
+    size_t smemo_n, smemo_cap;
     int err;            /* sticky: first error (SCK_ERR_NOMEM) */
 } pk_writer;
 
@@ -115,6 +120,9 @@ void pk_float(pk_writer *w, double v);         /* BINFLOAT */
 /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be valid UTF-8 (else SCK_ERR_INVALID_ARG) */
 void pk_str(pk_writer *w, const char *s, size_t n);
 void pk_cstr(pk_writer *w, const char *s);
+/* pk_cstr, memoized as CPython memoizes every str it pickles: a string emitted before becomes a memo
+ * reference (2 or 5 bytes).  s must stay valid until pk_finish (model keys, file names, literals). */
+void pk_cstr_memo(pk_writer *w, const char *s);
 void pk_bytes(pk_writer *w, const void *p, size_t n); /* SHORT_BINBYTES / BINBYTES / BINBYTES8 (needs proto >= 3 semantics; emitted regardless of PROTO) */
 void pk_mark(pk_writer *w);
 void pk_tuple(pk_writer *w, size_t n);   /* n==0: EMPTY_TUPLE; 1..3: TUPLEn (no mark); else TUPLE (after pk_mark) */

@@ -1431,3 +1431,52 @@ TEST(pickle_writer_global_static_same_bytes) {
         sck_buf_free(&b);
     }
 }
+
+/* Strings memoized by content (pk_cstr_memo), as CPython memoizes every str: the first emission is
+ * followed by BINPUT / LONG_BINPUT (proto 2) or MEMOIZE (proto 4), later ones are BINGET or LONG_BINGET
+ * of that index; interleaved with memoized globals, the indices stay in step with the parser's. */
+TEST(writer_strings_memoized_by_content) {
+    for (int proto = 2; proto <= 4; proto += 2) {
+        sck_buf b;
+        sck_buf_init(&b);
+        pk_writer w;
+        pk_begin(&w, &b, proto);
+        pk_empty_list(&w);
+        pk_mark(&w);
+        char keys[600][16];
+        for (int i = 0; i < 600; i++) snprintf(keys[i], sizeof keys[i], "key.%d", i);
+        char copy[16];
+        snprintf(copy, sizeof copy, "key.%d", 7); /* the same content at another address */
+        for (int i = 0; i < 600; i++) {
+            pk_cstr_memo(&w, keys[i]);
+            if (i % 100 == 0) pk_global(&w, "m", i < 300 ? "A" : "B");
+        }
+        CHECK(w.next_memo == 602);
+        size_t before = b.len;
+        pk_cstr_memo(&w, keys[0]); /* index 0: BINGET 0 */
+        CHECK(b.len == before + 2 && b.data[before] == 'h' && b.data[before + 1] == 0);
+        before = b.len;
+        pk_cstr_memo(&w, keys[599]); /* past 255: LONG_BINGET */
+        CHECK(b.len == before + 5 && b.data[before] == 'j');
+        pk_cstr_memo(&w, copy);
+        pk_cstr_memo(&w, "");
+        pk_cstr_memo(&w, "");
+        pk_appends(&w);
+        REQUIRE_OK(pk_finish(&w));
+        CHECK(w.smemo_key == NULL && w.smemo_n == 0);
+        pk_arena *a;
+        pk_obj *r;
+        REQUIRE_OK(parse(b.data, b.len, &a, &r));
+        REQUIRE(is_seq(r, PK_LIST, 600 + 6 + 5));
+        size_t k = 0;
+        for (int i = 0; i < 600; i++) {
+            CHECK(is_str(at(r, k++), keys[i]));
+            if (i % 100 == 0) CHECK(pk_is_global(at(r, k++), "m", i < 300 ? "A" : "B"));
+        }
+        CHECK(at(r, k) == at(r, 0) && is_str(at(r, k), "key.0"));
+        CHECK(is_str(at(r, k + 1), "key.599") && is_str(at(r, k + 2), "key.7") && at(r, k + 2) == at(r, 8));
+        CHECK(is_str(at(r, k + 3), "") && at(r, k + 4) == at(r, k + 3));
+        pk_arena_free(a);
+        sck_buf_free(&b);
+    }
+}
