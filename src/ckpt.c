@@ -1197,7 +1197,8 @@ typedef struct small_rd {
 
 /* Whether want x's part of chunk ci can go in a batch: a small item this rank checks, not checked
  * yet, stored little-endian, whose overlap is one run inside it.  Fills *s. */
-static int small_batchable(sck_ckpt *ck, const ck_want *x, size_t ci, small_rd *s) {
+static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, small_rd *s) {
+    size_t ci = o->ci;
     const ck_entry *e = &ck->m.e[x->ei];
     const ck_chunk *c = &e->chunks[ci];
     if (c->length > SMALL_ITEM || !ck->verify || !c->has_crc || c->transformed) return 0;
@@ -1208,11 +1209,17 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, size_t ci, small_rd *
         return 0;
     }
     if (r->verified || r->swap) return 0;
+    uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = box_numel(&c->box);
+    if (!r->strides && o->elems == n && box_numel(x->box) == n) { /* the box is the chunk (a same-layout load) */
+        if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
+        *s = (small_rd){x->ei, ci, r->data_off, n * elem, x->dst};
+        return 1;
+    }
     sck_box ov;
     box_intersect(&c->box, x->box, &ov);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     int64_t sb[SCK_MAX_DIMS];
-    box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
     *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst};
@@ -1287,7 +1294,7 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
         if (n && (o->file != op[j].file || c->offset < end || c->offset - end > BATCH_GAP ||
                   c->offset + c->length - ck->m.e[w[op[j].k].ei].chunks[op[j].ci].offset > BATCH_BYTES))
             break;
-        if (iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o->ci, &s[n])) break;
+        if (iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
         uint64_t more = (n ? c->offset - end : 0) + c->length - s[n].len;
         if (scratch + more > BATCH_SCRATCH) break;
         scratch += more;
