@@ -117,25 +117,35 @@ static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
     return SCK_OK;
 }
 
-/* m->file_end, computed once: every rank's reading order and check owners use it, and thread ranks
- * share the model (ckpt_share). */
-static int file_extents(const char *dir, ck_meta *m) {
+/* m->file_end and m->item_base, computed once: every rank's reading order and check plan use them,
+ * and thread ranks share the model (ckpt_share). */
+static int model_index(const char *dir, ck_meta *m) {
     uint64_t *ext = calloc(m->nfiles ? m->nfiles : 1, sizeof *ext);
-    if (!ext) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
-    for (size_t i = 0; i < m->n; i++)
+    size_t *base = malloc((m->n + 1) * sizeof *base);
+    if (!ext || !base) {
+        free(ext);
+        free(base);
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
+    }
+    base[0] = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        base[i + 1] = base[i] + m->e[i].nchunks;
         for (size_t k = 0; k < m->e[i].nchunks; k++) {
             const ck_chunk *c = &m->e[i].chunks[k];
             if (c->file < m->nfiles && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
         }
+    }
     free(m->file_end);
+    free(m->item_base);
     m->file_end = ext;
+    m->item_base = base;
     return SCK_OK;
 }
 
 int ckpt_from_model(const char *dir, ck_meta *m, int checked, sck_ckpt **out) {
     *out = NULL;
     sck_ckpt *ck;
-    int rc = file_extents(dir, m);
+    int rc = model_index(dir, m);
     if (rc) {
         ck_meta_free(m);
         return rc;

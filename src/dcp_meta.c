@@ -26,6 +26,7 @@ void ck_meta_free(ck_meta *m) {
     sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
     free(m->file_pool);
     free(m->file_end);
+    free(m->item_base);
     memset(m, 0, sizeof *m);
 }
 

@@ -42,9 +42,11 @@ typedef struct ck_meta {
     ck_chunk *chunk_pool;   /* chunk_pool_n chunks; it and e (cap entries) from sck_huge_calloc */
     size_t chunk_pool_n;
     char *file_pool;
-    /* Each data file's extent (the end of its last item), nfiles values: set by ckpt_from_model
-     * (src/ckpt.h), freed here. */
+    /* Set by ckpt_from_model (src/ckpt.h), freed here: each data file's extent (the end of its last
+     * item), nfiles values; the first item number of each entry (items counted across entries in
+     * entry order), n + 1 values. */
     uint64_t *file_end;
+    size_t *item_base;
 } ck_meta;
 
 /* Frees either form (per-entry allocations or the pools above) and zeroes m. */

@@ -6,128 +6,99 @@
 
 #include "crc32c.h"
 
-/* First item number of each entry (n+1 values). */
-static size_t *item_bases(const ck_meta *m) {
-    size_t *base = malloc((m->n + 1) * sizeof *base);
-    if (!base) return NULL;
-    base[0] = 0;
-    for (size_t i = 0; i < m->n; i++) base[i + 1] = base[i] + m->e[i].nchunks;
-    return base;
+/* One checksummed overlap this rank reads: op j of the planned reads, in item g. */
+typedef struct lc_rec {
+    uint64_t g, bytes;
+    size_t j;
+    int whole;               /* the overlap is the whole chunk */
+} lc_rec;
+
+static int cmp_rec(const void *a, const void *b) {
+    const lc_rec *x = a, *y = b;
+    if (x->g != y->g) return x->g < y->g ? -1 : 1;
+    return x->j < y->j ? -1 : x->j > y->j;
 }
 
-/* One run of this rank in an item: gathered, then sorted by item and order of reading. */
-typedef struct lc_run {
-    uint64_t item, seq, off, len;
-} lc_run;
-
-static int cmp_run(const void *a, const void *b) {
-    const lc_run *x = a, *y = b;
-    if (x->item != y->item) return x->item < y->item ? -1 : 1;
-    return x->seq < y->seq ? -1 : x->seq > y->seq;
-}
-
-/* Appends the runs of one overlap (or marks the item "many" when they are many, or cannot be had:
- * the read itself will report what is wrong). */
-static int add_runs(sck_ckpt *ck, size_t ei, size_t ci, uint64_t g, const sck_box *want, const sck_box *ov, uint8_t *nr,
-                    lc_run **runs, size_t *nruns, size_t *cap) {
-    uint64_t rg[LC_RANGES][2];
-    size_t n = 0;
-    if (nr[g] > LC_RANGES) return SCK_OK;
-    if (ckpt_overlap_runs(ck, ei, ci, want, ov, rg, LC_RANGES, &n) != SCK_OK || n > LC_RANGES || nr[g] + n > LC_RANGES) {
+/* Adds the runs of one overlap to an item's rg[0..*n) (or makes *n "many", LC_RANGES + 1, when they are
+ * many or cannot be had: the read itself will report what is wrong). */
+static void add_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, uint64_t (*rg)[2], size_t *n) {
+    uint64_t more[LC_RANGES][2];
+    size_t k = 0;
+    if (*n > LC_RANGES) return;
+    if (ckpt_overlap_runs(ck, ei, ci, want, ov, more, LC_RANGES, &k) != SCK_OK || k > LC_RANGES || *n + k > LC_RANGES) {
         sck_err_clear();
-        nr[g] = LC_RANGES + 1;
-        return SCK_OK;
+        *n = LC_RANGES + 1;
+        return;
     }
-    if (*nruns + n > *cap) {
-        size_t c2 = *cap ? 2 * *cap : 64;
-        while (c2 < *nruns + n) c2 *= 2;
-        lc_run *p = realloc(*runs, c2 * sizeof *p);
-        if (!p) return SCK_ERR_NOMEM;
-        *runs = p;
-        *cap = c2;
-    }
-    for (size_t k = 0; k < n; k++) (*runs)[*nruns] = (lc_run){g, *nruns, rg[k][0], rg[k][1]}, ++*nruns;
-    nr[g] = (uint8_t)(nr[g] + n);
-    return SCK_OK;
+    memcpy(rg + *n, more, k * sizeof *more);
+    *n += k;
 }
 
 int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len) {
     *wire = NULL;
     *wire_len = 0;
-    size_t *base = item_bases(&ck->m);
-    size_t items = base ? base[ck->m.n] : 0;
-    /* Written before they are read: a first read of fresh zeroed memory maps the zero page, and the
-     * write after it then costs a copy-on-write fault and a TLB flush on every CPU. */
-    uint64_t *need = base ? malloc((items ? items : 1) * sizeof *need) : NULL;
-    uint8_t *nr = need ? malloc(items ? items : 1) : NULL; /* runs per item; LC_RANGES + 1: many */
-    if (nr) {
-        memset(need, 0, (items ? items : 1) * sizeof *need);
-        memset(nr, 0, items ? items : 1);
+    const size_t *base = ck->m.item_base;
+    /* One record per checksummed overlap, by item (the reads are in file order, which for this
+     * rank's own items is usually item order already): no table as large as the whole model. */
+    lc_rec *rec = malloc((r->m ? r->m : 1) * sizeof *rec);
+    if (!rec) return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
+    size_t n = 0;
+    int sorted = 1;
+    for (size_t j = 0; j < r->m; j++) {
+        const read_op *o = &r->op[j];
+        const ck_want *x = &w[o->k];
+        const ck_entry *ce = &ck->m.e[x->ei];
+        const ck_chunk *c = &ce->chunks[o->ci];
+        if (!c->has_crc) continue;
+        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->elems == box_numel(&c->box)};
+        if (n && cmp_rec(&rec[n - 1], &rec[n]) > 0) sorted = 0;
+        n++;
     }
-    lc_run *runs = NULL;
-    size_t nruns = 0, cap = 0;
-    int rc = nr ? SCK_OK : SCK_ERR_NOMEM;
-    /* Pass 0 counts bytes and asks the kernel for every needed item's headers at once; pass 1 then
-     * resolves the items (reading those headers) to find the runs, without a wait per item. */
-    int partial = 0; /* overlaps reading part of a chunk: only they need pass 1 */
-    for (int pass = 0; pass < 1 + !!partial; pass++) {
-        for (size_t j = 0; !rc && j < r->m; j++) {
-            const read_op *o = &r->op[j];
-            const ck_want *x = &w[o->k];
-            const ck_entry *ce = &ck->m.e[x->ei];
-            const ck_chunk *c = &ce->chunks[o->ci];
-            if (!c->has_crc) continue;
-            uint64_t g = base[x->ei] + o->ci, *b = &need[g], add = o->elems * sck_dtype_size((sck_dtype)ce->dtype);
-            /* A rank reading the whole chunk reads the whole item: it is the owner, checks it whole
-             * and combines nothing (plan_comb), so its runs are not needed and the item is not
-             * resolved here (for a same-layout load, no item is). */
-            int whole = o->elems == box_numel(&c->box);
-            if (pass) {
-                sck_box ov;
-                if (whole) nr[g] = LC_RANGES + 1;
-                else if (box_intersect(&c->box, x->box, &ov)) rc = add_runs(ck, x->ei, o->ci, g, x->box, &ov, nr, &runs, &nruns, &cap);
-                continue;
-            }
-            partial |= !whole;
-            if (!*b && !whole) ckpt_prefetch_headers(ck, x->ei, o->ci);
-            *b = add > UINT64_MAX - *b ? UINT64_MAX : *b + add;
-        }
+    if (!sorted) qsort(rec, n, sizeof *rec, cmp_rec);
+    /* A rank reading the whole chunk reads the whole item: it is the owner, checks it whole and
+     * combines nothing (plan_comb), so its runs are not needed and the item is not resolved here (for
+     * a same-layout load, no item is).  The others' headers are asked for all at once first, so that
+     * resolving them below does not wait for the disk item by item. */
+    for (size_t i = 0, e; i < n; i = e) {
+        int whole = 0;
+        for (e = i; e < n && rec[e].g == rec[i].g; e++) whole |= rec[e].whole;
+        const read_op *o = &r->op[rec[i].j];
+        if (!whole) ckpt_prefetch_headers(ck, w[o->k].ei, o->ci);
     }
-    size_t k = 0;
-    for (size_t g = 0; !rc && g < items; g++) k += need[g] != 0;
     /* The wire list: per item needed, varints {items skipped since the last one, bytes, number of runs
-     * (0: many)} and that many {offset, length}.  Every rank gathers every rank's list, so it is kept
-     * small: about 4 bytes an item where 24 would do. */
-    uint8_t *out = NULL, *q = NULL;
-    if (!rc) {
-        if (nruns) qsort(runs, nruns, sizeof *runs, cmp_run);
-        q = out = malloc(30 * k + 20 * nruns + 1);
-        if (!out) rc = SCK_ERR_NOMEM;
-    }
-    size_t ri = 0;
+     * (0: many, or the whole chunk)} and that many {offset, length}.  Every rank gathers every rank's
+     * list, so it is kept small: about 4 bytes an item where 24 would do. */
+    sck_buf b;
+    sck_buf_init(&b);
+    int rc = SCK_OK;
     uint64_t next = 0;
-    for (size_t g = 0; !rc && g < items; g++) {
-        if (!need[g]) continue;
-        while (ri < nruns && runs[ri].item < g) ri++;
-        uint64_t m = nr[g] <= LC_RANGES ? nr[g] : 0, j = 0;
-        for (size_t x = ri; j < m && x < nruns && runs[x].item == g; x++) j++;
-        m = j; /* as many as there are */
-        q = sck_put_varint(q, g - next);
-        q = sck_put_varint(q, need[g]);
+    for (size_t i = 0, e; i < n && !rc; i = e) {
+        uint64_t bytes = 0, rg[LC_RANGES][2];
+        size_t nr = 0;
+        for (e = i; e < n && rec[e].g == rec[i].g; e++) {
+            bytes = rec[e].bytes > UINT64_MAX - bytes ? UINT64_MAX : bytes + rec[e].bytes;
+            const read_op *o = &r->op[rec[e].j];
+            const ck_want *x = &w[o->k];
+            sck_box ov;
+            if (rec[e].whole) nr = LC_RANGES + 1;
+            else if (box_intersect(&ck->m.e[x->ei].chunks[o->ci].box, x->box, &ov)) add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
+        }
+        uint8_t rec_buf[30 + 20 * LC_RANGES], *q = rec_buf;
+        uint64_t m = nr <= LC_RANGES ? nr : 0;
+        q = sck_put_varint(q, rec[i].g - next);
+        q = sck_put_varint(q, bytes);
         q = sck_put_varint(q, m);
-        for (j = 0; j < m; j++, ri++) q = sck_put_varint(sck_put_varint(q, runs[ri].off), runs[ri].len);
-        next = g + 1;
+        for (uint64_t k = 0; k < m; k++) q = sck_put_varint(sck_put_varint(q, rg[k][0]), rg[k][1]);
+        next = rec[i].g + 1;
+        rc = sck_buf_append(&b, rec_buf, (size_t)(q - rec_buf));
     }
-    free(base);
-    free(need);
-    free(nr);
-    free(runs);
+    free(rec);
     if (rc) {
-        free(out);
+        sck_buf_free(&b);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
     }
-    *wire = out;
-    *wire_len = (size_t)(q - out);
+    *wire = b.data;
+    *wire_len = b.len;
     return SCK_OK;
 }
 
@@ -183,7 +154,7 @@ static int any_checksum(const ck_meta *m) {
 }
 
 /* Where one rank's runs of one item are in the gathered wire lists: nr {offset, length} varint pairs
- * from rg on (parse_list checked that they lie before the list's end); nr 0: many runs, or none known. */
+ * from rg on (next_record checked that they lie before the list's end); nr 0: many runs, or none known. */
 typedef struct lc_rng {
     const uint8_t *rg, *end;
     uint64_t nr;
@@ -279,57 +250,14 @@ static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, con
     return need_at(all, at, r) ? r : -1;
 }
 
-/* Marks in ck->peer_checks the items of `mine` (ascending) that another rank owns (1) or that are
- * checked by combining CRCs (2, with this rank's share in ck->combs).  Out of memory, it marks
- * nothing and sets ck->plan_failed: this load then fails with SCK_ERR_NOMEM (src/load.c), as the
- * other ranks count on this one's share. */
-static void mark_peers(sck_ckpt *ck, const lc_need *const *all, const lc_rng *const *rng, const size_t *n, int nranks, int me) {
-    size_t *base = item_bases(&ck->m);
-    const uint64_t *ext = ck->one_cache ? ck->m.file_end : NULL;
-    uint8_t **pc = base ? calloc(ck->m.n ? ck->m.n : 1, sizeof *pc) : NULL;
-    ck_comb *cbs = pc ? calloc(n[me] ? n[me] : 1, sizeof *cbs) : NULL;
-    size_t ncb = 0, ei = 0;
-    /* My items ascend, as every list does: each rank's place in its list only moves forward. */
-    size_t *cur = cbs ? calloc((size_t)nranks, sizeof *cur) : NULL;
-    long *at = cur ? malloc((size_t)nranks * sizeof *at) : NULL;
-    int ok = at != NULL;
-    for (size_t k = 0; ok && k < n[me]; k++) {
-        const lc_need *x = &all[me][k];
-        for (int r = 0; r < nranks; r++) {
-            while (cur[r] < n[r] && all[r][cur[r]].item < x->item) cur[r]++;
-            at[r] = cur[r] < n[r] && all[r][cur[r]].item == x->item ? (long)cur[r] : -1;
-        }
-        while (ei < ck->m.n && base[ei + 1] <= x->item) ei++;
-        if (ei == ck->m.n) break; /* not an item of this model: cannot happen with our own lists */
-        size_t ci = x->item - base[ei];
-        int owner = ext ? part_owner(ext, ck->m.nfiles, &ck->m.e[ei].chunks[ci], all, at, nranks) : -1;
-        if (owner < 0) owner = owner_at(all, at, nranks, x->item, base[ck->m.n]);
-        int comb = plan_comb(&ck->m.e[ei].chunks[ci], rng, at, nranks, me, owner, &cbs[ncb]);
-        if (comb < 0) ok = 0;
-        if (comb <= 0 && owner == me) continue;
-        if (ok && !pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) ok = 0;
-        if (!ok) {
-            if (comb > 0) free(cbs[ncb].r);
-            break;
-        }
-        pc[ei][ci] = (uint8_t)(comb > 0 ? 2 : 1);
-        if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = x->item;
-    }
-    free(base);
-    free(cur);
-    free(at);
-    if (!ok) {
-        for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
-        for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
-        free(pc);
-        free(cbs);
-        ck->plan_failed = 1;
-        return;
-    }
-    ck->peer_checks = pc;
-    ck->combs = cbs; /* by item, hence by (ei, ci) */
-    ck->ncombs = ncb;
-}
+/* A place in one rank's wire list: its current record x (with its runs g) while `have`. */
+typedef struct lc_cur {
+    const uint8_t *q, *end;
+    uint64_t next;
+    int have;
+    lc_need x;
+    lc_rng g;
+} lc_cur;
 
 /* One record of a wire list at *q (advanced past it): 0 if malformed or past the items' range. */
 static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc_need *x, lc_rng *g) {
@@ -345,26 +273,78 @@ static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc
     return 1;
 }
 
-/* Splits rank r's wire list (counts[r] bytes at p) into lc_need and lc_rng arrays (items ascend by
- * construction); 0 if malformed, -1 out of memory. */
-static int parse_list(const uint8_t *p, size_t len, lc_need **l, lc_rng **g, size_t *n) {
-    size_t k = 0;
-    uint64_t next = 0;
-    lc_need x;
-    lc_rng y;
-    *l = NULL;
-    *g = NULL;
-    *n = 0;
-    for (const uint8_t *q = p; q < p + len; k++) /* count and validate */
-        if (!next_record(&q, p + len, &next, &x, &y)) return 0;
-    *l = malloc((k ? k : 1) * sizeof **l);
-    *g = malloc((k ? k : 1) * sizeof **g);
-    if (!*l || !*g) return -1;
-    next = 0;
-    k = 0;
-    for (const uint8_t *q = p; q < p + len; k++) next_record(&q, p + len, &next, &(*l)[k], &(*g)[k]);
-    *n = k;
-    return 1;
+/* Moves c to its next record; 0 if the list is malformed (items ascend by construction). */
+static int cur_step(lc_cur *c) {
+    c->have = c->q < c->end;
+    return !c->have || next_record(&c->q, c->end, &c->next, &c->x, &c->g);
+}
+
+/* Marks in ck->peer_checks the items of this rank's list (cur[me]) that another rank owns (1) or that
+ * are checked by combining CRCs (2, with this rank's share in ck->combs).  Every list is read once,
+ * in step, as the items ascend in each.  Out of memory (plan_failed 1), or a malformed list
+ * (plan_failed 2), it marks nothing: this load then fails (lc_finish), as the other ranks count on
+ * this one's share. */
+static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
+    const size_t *base = ck->m.item_base;
+    const uint64_t *ext = ck->one_cache ? ck->m.file_end : NULL;
+    uint8_t **pc = calloc(ck->m.n ? ck->m.n : 1, sizeof *pc);
+    ck_comb *cbs = NULL;
+    size_t ncb = 0, cbcap = 0, ei = 0;
+    const lc_need **all = malloc((size_t)nranks * sizeof *all);
+    const lc_rng **rng = malloc((size_t)nranks * sizeof *rng);
+    long *at = malloc((size_t)nranks * sizeof *at);
+    int ok = pc && all && rng && at, bad = 0;
+    for (int r = 0; ok && r < nranks; r++) {
+        all[r] = &cur[r].x, rng[r] = &cur[r].g;
+        if (!cur_step(&cur[r])) ok = 0, bad = 1;
+    }
+    while (ok && cur[me].have) {
+        uint64_t item = cur[me].x.item;
+        for (int r = 0; ok && r < nranks; r++) {
+            while (r != me && ok && cur[r].have && cur[r].x.item < item)
+                if (!cur_step(&cur[r])) ok = 0, bad = 1;
+            at[r] = cur[r].have && cur[r].x.item == item ? 0 : -1;
+        }
+        while (ok && ei < ck->m.n && base[ei + 1] <= item) ei++;
+        if (ok && ei == ck->m.n) ok = 0, bad = 1; /* not an item of this model */
+        if (ok && ncb == cbcap) {
+            size_t c2 = cbcap ? 2 * cbcap : 64;
+            ck_comb *p = realloc(cbs, c2 * sizeof *p);
+            if (p) cbs = p, cbcap = c2;
+            else ok = 0;
+        }
+        if (!ok) break;
+        size_t ci = item - base[ei];
+        const lc_need *const *a = all;
+        int owner = ext ? part_owner(ext, ck->m.nfiles, &ck->m.e[ei].chunks[ci], a, at, nranks) : -1;
+        if (owner < 0) owner = owner_at(a, at, nranks, item, base[ck->m.n]);
+        int comb = plan_comb(&ck->m.e[ei].chunks[ci], (const lc_rng *const *)rng, at, nranks, me, owner, &cbs[ncb]);
+        if (comb < 0) ok = 0;
+        if (ok && !(comb <= 0 && owner == me)) {
+            if (!pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) {
+                ok = 0;
+                if (comb > 0) free(cbs[ncb].r);
+                break;
+            }
+            pc[ei][ci] = (uint8_t)(comb > 0 ? 2 : 1);
+            if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = item;
+        }
+        if (ok && !cur_step(&cur[me])) ok = 0, bad = 1;
+    }
+    free(all);
+    free(rng);
+    free(at);
+    if (!ok) {
+        for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
+        for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
+        free(pc);
+        free(cbs);
+        ck->plan_failed = bad ? 2 : 1;
+        return;
+    }
+    ck->peer_checks = pc;
+    ck->combs = cbs; /* by item, hence by (ei, ci) */
+    ck->ncombs = ncb;
 }
 
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local) {
@@ -374,35 +354,26 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r,
     uint8_t *wire = NULL;
     if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen);
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
-    size_t *nr = calloc((size_t)comm->size, sizeof *nr);
-    lc_need **lists = calloc((size_t)comm->size, sizeof *lists);
-    lc_rng **rngs = calloc((size_t)comm->size, sizeof *rngs);
-    if (!counts || !nr || !lists || !rngs) {
+    lc_cur *cur = calloc((size_t)comm->size, sizeof *cur);
+    if (!counts || !cur) {
         free(counts);
-        free(nr);
-        free(lists);
-        free(rngs);
+        free(cur);
         free(wire);
         return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir));
     }
     void *all = NULL;
     int rc = comm_agree_gather(comm, local, wire, wlen, &all, counts);
     free(wire);
-    int good = 1; /* else (not from this code) nothing is marked: every rank checks what it reads */
     const uint8_t *p = all;
-    for (int i = 0; !rc && good && i < comm->size; i++) {
-        int k = parse_list(p, counts[i], &lists[i], &rngs[i], &nr[i]);
-        if (k < 0) ck->plan_failed = 1;
-        good = k > 0;
+    for (int i = 0; !rc && i < comm->size; i++) {
+        cur[i].q = p;
+        cur[i].end = p + counts[i];
         p += counts[i];
     }
-    if (!rc && good) mark_peers(ck, (const lc_need *const *)lists, (const lc_rng *const *)rngs, nr, comm->size, comm->rank);
-    for (int i = 0; i < comm->size; i++) free(lists[i]), free(rngs[i]);
+    if (!rc) mark_peers(ck, cur, comm->size, comm->rank);
     free(all);
     free(counts);
-    free(nr);
-    free(lists);
-    free(rngs);
+    free(cur);
     return rc;
 }
 
@@ -415,8 +386,7 @@ static int cmp_seg(const void *a, const void *b) {
 /* The segment CRCs of this rank's share of the items, sorted by item and offset, combined item by
  * item and compared with the metadata: the first failing item gives this rank's error. */
 static int check_segs(sck_ckpt *ck, ck_seg *s, size_t n) {
-    size_t *base = item_bases(&ck->m);
-    if (!base) return sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir);
+    const size_t *base = ck->m.item_base;
     qsort(s, n, sizeof *s, cmp_seg);
     int rc = SCK_OK;
     size_t ei = 0;
@@ -444,13 +414,13 @@ static int check_segs(sck_ckpt *ck, ck_seg *s, size_t n) {
             rc = ckpt_crc_mismatch(ck, ei, ci, crc);
         }
     }
-    free(base);
     return rc;
 }
 
 int lc_finish(sck_comm *comm, sck_ckpt *ck, int local) {
     if (comm->size == 1 || !any_checksum(&ck->m)) return comm_agree(comm, local);
-    if (!local && ck->plan_failed) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning checksum checks", ck->dir);
+    if (!local && ck->plan_failed == 2) local = sck_err(SCK_ERR_FORMAT, "%s: a rank's list of the items it reads is malformed: checksum checks not planned", ck->dir);
+    else if (!local && ck->plan_failed) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning checksum checks", ck->dir);
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     if (!counts) return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir));
     void *all = NULL;

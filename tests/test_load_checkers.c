@@ -32,6 +32,7 @@ typedef struct job {
     char msgs[8][512];
     int bad[8];               /* elements that differ from the global tensors */
     uint64_t rchar[8];        /* bytes each rank's thread read during sck_load */
+    int garble_rank;          /* rank+1 whose contributions to allgathers with a payload end in a cut varint */
 } job;
 
 /* The kernel's count of bytes this thread (self = 0) or process (self = 1) has read, less the bytes of
@@ -61,6 +62,34 @@ static int save_rank(sck_comm *c, void *arg) {
     return rc;
 }
 
+/* A communicator passing everything to `inner`, except that a garbling rank's allgather contributions
+ * longer than the 8-byte status record (the lists of items each rank reads, src/load_checks.c) reach
+ * the others with the high bit of their last byte set: a varint cut short. */
+typedef struct garble {
+    sck_comm *inner;
+    int on;
+} garble;
+static int gb_allgatherv(void *ctx, const void *send, size_t n, void **recv, size_t *counts) {
+    garble *gb = ctx;
+    if (!gb->on || n <= 8) return gb->inner->ops->allgatherv(gb->inner->ctx, send, n, recv, counts);
+    unsigned char *copy = malloc(n);
+    if (!copy) return SCK_ERR_NOMEM;
+    memcpy(copy, send, n);
+    copy[n - 1] |= 0x80;
+    int rc = gb->inner->ops->allgatherv(gb->inner->ctx, copy, n, recv, counts);
+    free(copy);
+    return rc;
+}
+static int gb_bcast(void *ctx, void **buf, size_t *n, int root) {
+    garble *gb = ctx;
+    return gb->inner->ops->bcast(gb->inner->ctx, buf, n, root);
+}
+static int gb_barrier(void *ctx) {
+    garble *gb = ctx;
+    return gb->inner->ops->barrier(gb->inner->ctx);
+}
+static const sck_comm_ops garble_ops = {gb_allgatherv, gb_bcast, gb_barrier, NULL};
+
 static int load_rank(sck_comm *c, void *arg) {
     job *g = arg;
     int r = sck_comm_rank(c), n = sck_comm_size(c);
@@ -77,7 +106,10 @@ static int load_rank(sck_comm *c, void *arg) {
     if (!rc && g->absent) rc = sck_state_add_replicated(st, "absent", SCK_F32, 1, as, dummy);
     sck_load_opts lo = {g->flags[r], {0}};
     uint64_t extra = 0, before = rchar(0, &extra);
-    if (!rc) rc = sck_load(c, g->dir, st, &lo);
+    garble gb = {c, g->garble_rank == r + 1};
+    sck_comm *gc = g->garble_rank ? sck_comm_create(&garble_ops, &gb, r, n) : NULL;
+    if (!rc) rc = sck_load(gc ? gc : c, g->dir, st, &lo);
+    sck_comm_free(gc);
     uint64_t ignore;
     g->rchar[r] = rchar(0, &ignore) - before - extra;
     g->rcs[r] = rc;
@@ -507,5 +539,27 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
     if (got >= vlen + (256u << 10)) fprintf(stderr, "  read %llu bytes, v's items are %llu\n", (unsigned long long)got, (unsigned long long)vlen);
     sck_state_free(st);
     free(v);
+    teardown(&g);
+}
+
+/* A rank's list of the items it reads arriving malformed (never from this code) fails the load on
+ * every rank with a format error, rather than leaving some of them counting on checks nobody makes. */
+TEST(load_checks_malformed_list_fails_the_load_everywhere) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    for (int bad = 1; bad <= 2; bad++) {
+        g.garble_rank = bad;
+        load_with(&g, 2);
+        for (int r = 0; r < 2; r++) {
+            CHECK(g.rcs[r] == SCK_ERR_FORMAT);
+            CHECK(strstr(g.msgs[r], "list of the items it reads is malformed") != NULL);
+        }
+    }
+    g.garble_rank = 0;
+    load_with(&g, 2);
+    expect_all_ok(&g, 2);
     teardown(&g);
 }
