@@ -32,6 +32,7 @@
 #define BATCH_BYTES (8u << 20)       /* file bytes per preadv */
 #define BATCH_SCRATCH (1u << 20)     /* bytes around the runs (headers, trailers, gaps) per preadv */
 #define BATCH_GAP (64u << 10)        /* a gap between two items this short is read, not skipped */
+#define PEER_GAP (16u << 10)         /* the same before a run of an item another rank checks (thread ranks) */
 
 static void ckpt_free_res(sck_ckpt *ck) {
     free(ck->res);
@@ -1198,11 +1199,15 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
     return SCK_OK;
 }
 
-/* A small item this rank checks and reads as one run, in a batch of such items (read_small_batch). */
+/* A small item this rank reads as one run, in a batch of such items (read_small_batch): one it checks
+ * (read whole), or, when the ranks are threads sharing a page cache, one another rank checks (only the
+ * run, and the bytes before it since the last one, are read). */
 typedef struct small_rd {
     size_t ei, ci;
     uint64_t run, len;      /* the run's file offset and length, inside the item */
     uint8_t *dst;
+    int check;
+    uint64_t from, to;      /* the file bytes this entry covers: the item, or the run */
 } small_rd;
 
 /* Whether want x's part of chunk ci can go in a batch: a small item this rank checks, not checked
@@ -1211,18 +1216,21 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     size_t ci = o->ci;
     const ck_entry *e = &ck->m.e[x->ei];
     const ck_chunk *c = &e->chunks[ci];
-    if (c->length > SMALL_ITEM || !ck->verify || !c->has_crc || c->transformed) return 0;
-    if (ck->peer_checks && ck->peer_checks[x->ei] && ck->peer_checks[x->ei][ci]) return 0;
+    int peer = ck->peer_checks && ck->peer_checks[x->ei] ? ck->peer_checks[x->ei][ci] : 0;
+    if (c->length > SMALL_ITEM || c->transformed || peer > 1 || (peer && !ck->one_cache)) return 0;
+    if (!peer && (!ck->verify || !c->has_crc)) return 0;
     ck_res *r = NULL;
     if (ckpt_resolve_chunk(ck, x->ei, ci, &r) != SCK_OK) {
         sck_err_clear(); /* read_overlap says what is wrong */
         return 0;
     }
-    if (r->verified || r->swap) return 0;
+    if ((r->verified && !peer) || r->swap) return 0;
     uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = box_numel(&c->box);
     if (!r->strides && o->elems == n && box_numel(x->box) == n) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
-        *s = (small_rd){x->ei, ci, r->data_off, n * elem, x->dst};
+        *s = (small_rd){x->ei, ci, r->data_off, n * elem, x->dst, !peer, 0, 0};
+        s->from = peer ? s->run : c->offset;
+        s->to = peer ? s->run + s->len : c->offset + c->length;
         return 1;
     }
     sck_box ov;
@@ -1232,7 +1240,9 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
-    *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst};
+    *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst, !peer, 0, 0};
+    s->from = peer ? a : c->offset;
+    s->to = peer ? a + l.first_len : c->offset + c->length;
     return 1;
 }
 
@@ -1251,17 +1261,18 @@ static int preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const cha
 }
 
 /* Small items back to back in one file, read by one preadv: each run straight into its destination,
- * every other byte (headers, trailers, short gaps) into ck->scratch, then each item checked from
- * those pieces.  The page cache's copy is the only one, where a read window would add a second. */
+ * every other byte (headers, trailers, short gaps) into ck->scratch, then each item this rank checks
+ * checked from those pieces.  The page cache's copy is the only one, where a read window would add a
+ * second; and one system call serves up to 256 items, where the runs of items other ranks check took
+ * one each. */
 static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
     const ck_chunk *c0 = &ck->m.e[s[0].ei].chunks[s[0].ci];
     struct iovec iov[BATCH_IOV];
     int k = 0;
     uint8_t *sp = ck->scratch;
-    uint64_t pos = c0->offset;
+    uint64_t pos = s[0].from;
     for (size_t i = 0; i < n; i++) {
-        const ck_chunk *c = &ck->m.e[s[i].ei].chunks[s[i].ci];
-        uint64_t parts[4][2] = {{pos, c->offset}, {c->offset, s[i].run}, {s[i].run, s[i].run + s[i].len}, {s[i].run + s[i].len, c->offset + c->length}};
+        uint64_t parts[4][2] = {{pos, s[i].from}, {s[i].from, s[i].run}, {s[i].run, s[i].run + s[i].len}, {s[i].run + s[i].len, s[i].to}};
         for (int p = 0; p < 4; p++) {
             size_t len = (size_t)(parts[p][1] - parts[p][0]);
             if (!len) continue;
@@ -1270,22 +1281,23 @@ static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
             if (k && (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == to) iov[k - 1].iov_len += len;
             else iov[k++] = (struct iovec){to, len};
         }
-        pos = c->offset + c->length;
+        pos = s[i].to;
     }
     char what[4600];
     item_what(ck, &ck->m.e[s[0].ei], c0, what, sizeof what);
-    int rc = preadv_full(ck->files[c0->file].fd, iov, k, c0->offset, what);
+    int rc = preadv_full(ck->files[c0->file].fd, iov, k, s[0].from, what);
     sp = ck->scratch;
-    pos = c0->offset;
+    pos = s[0].from;
     for (size_t i = 0; i < n && !rc; i++) {
         const ck_chunk *c = &ck->m.e[s[i].ei].chunks[s[i].ci];
-        sp += c->offset - pos;
+        sp += s[i].from - pos;
+        pos = s[i].to;
+        if (!s[i].check) continue; /* another rank checks it */
         uint64_t head = s[i].run - c->offset, tail = c->offset + c->length - s[i].run - s[i].len;
         uint32_t crc = sck_crc32c(0, sp, (size_t)head);
         crc = sck_crc32c(crc, s[i].dst, (size_t)s[i].len);
         crc = sck_crc32c(crc, sp + head, (size_t)tail);
         sp += head + tail;
-        pos = c->offset + c->length;
         if (crc != c->crc32c) rc = ckpt_crc_mismatch(ck, s[i].ei, s[i].ci, crc);
         else ck->res[s[i].ei][s[i].ci].verified = 1;
     }
@@ -1300,16 +1312,13 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
     uint64_t scratch = 0, end = 0;
     for (; j + n < m; n++) {
         const read_op *o = &op[j + n];
-        const ck_chunk *c = &ck->m.e[w[o->k].ei].chunks[o->ci];
-        if (n && (o->file != op[j].file || c->offset < end || c->offset - end > BATCH_GAP ||
-                  c->offset + c->length - ck->m.e[w[op[j].k].ei].chunks[op[j].ci].offset > BATCH_BYTES))
-            break;
-        if (iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
-        uint64_t more = (n ? c->offset - end : 0) + c->length - s[n].len;
+        if ((n && o->file != op[j].file) || iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
+        if (n && (s[n].from < end || s[n].from - end > (s[n].check ? BATCH_GAP : PEER_GAP) || s[n].to - s[0].from > BATCH_BYTES)) break;
+        uint64_t more = (n ? s[n].from - end : 0) + (s[n].to - s[n].from) - s[n].len;
         if (scratch + more > BATCH_SCRATCH) break;
         scratch += more;
         iovs += 4;
-        end = c->offset + c->length;
+        end = s[n].to;
     }
     return n;
 }
