@@ -279,3 +279,15 @@ int fx_resident(const char *dir, const char *name, uint64_t off) {
     munmap(m, 4096);
     return rc;
 }
+
+uint64_t fx_thread_io(const char *field) {
+    FILE *f = fopen("/proc/thread-self/io", "r");
+    if (!f) return 0;
+    char line[128];
+    size_t n = strlen(field);
+    unsigned long long v = 0;
+    while (fgets(line, sizeof line, f))
+        if (!strncmp(line, field, n) && line[n] == ':' && sscanf(line + n + 1, "%llu", &v) == 1) break;
+    fclose(f);
+    return v;
+}

@@ -33,5 +33,8 @@ int fx_evict(const char *dir, const char *name);
 /* 1 if the page holding byte `off` of dir/name is in the page cache, 0 if not, -1 if that cannot be
  * told. */
 int fx_resident(const char *dir, const char *name, uint64_t off);
+/* A counter of this thread's I/O from /proc/thread-self/io ("rchar": bytes read, "syscr": read system
+ * calls); 0 if it cannot be told. */
+uint64_t fx_thread_io(const char *field);
 
 #endif

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "box.h"
+#include "ckpt_fixture.h"
 #include "harness.h"
 #include "io_hook.h"
 #include "safetensors.h"
@@ -681,17 +682,6 @@ TEST(full_save_empty_state_writes_a_valid_file) {
 
 /* ---- the load path reads only each rank's slice ---- */
 
-static uint64_t thread_rchar(void) {
-    FILE *f = fopen("/proc/thread-self/io", "r");
-    if (!f) return 0;
-    char line[128];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "rchar: %llu", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
 typedef struct rjob {
     const char *path;
     int64_t rows, cols;
@@ -711,9 +701,9 @@ static int slice_load_rank(sck_comm *comm, void *arg) {
     sck_state *st = sck_state_new();
     int rc = sck_state_add_box(st, "w", SCK_F32, 2, shape, off, sz, buf);
     rc = sck_comm_agree(comm, rc);
-    uint64_t before = thread_rchar();
+    uint64_t before = fx_thread_io("rchar");
     if (!rc) rc = sck_load(comm, j->path, st, NULL);
-    j->read[r] = thread_rchar() - before;
+    j->read[r] = fx_thread_io("rchar") - before;
     for (int64_t i = 0; i < sz[0] * sz[1] && !rc; i++) {
         int64_t gi = (off[0] + i / sz[1]) * j->cols + off[1] + i % sz[1];
         if (buf[i] != (float)gi) {

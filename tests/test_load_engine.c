@@ -29,18 +29,6 @@ typedef struct eng {
     uint64_t syscr[8];        /* read system calls each rank's thread made in sck_load */
 } eng;
 
-/* The kernel's count of read system calls this thread made (0 if it cannot be told). */
-static uint64_t thread_syscr(void) {
-    FILE *f = fopen("/proc/thread-self/io", "r");
-    if (!f) return 0;
-    char line[128];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "syscr: %llu", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
 static int save_rank(sck_comm *c, void *arg) {
     eng *g = arg;
     int r = sck_comm_rank(c);
@@ -80,9 +68,9 @@ static int load_rank(sck_comm *c, void *arg) {
         if (shi > slo && (g->every < 2 || t % g->every == 0)) rc = sck_state_add_box(st, key, SCK_F32, 2, ss, so, sz, sb + (size_t)t * 60);
     }
     sck_load_opts lo = {g->flags, {0}};
-    uint64_t before = thread_syscr();
+    uint64_t before = fx_thread_io("syscr");
     if (!rc) rc = sck_load(c, g->dir, st, &lo);
-    g->syscr[r] = thread_syscr() - before;
+    g->syscr[r] = fx_thread_io("syscr") - before;
     g->rcs[r] = rc;
     snprintf(g->msgs[r], sizeof g->msgs[r], "%s", sck_last_error());
     for (int64_t i = 0; !rc && i < bz[0]; i++)

@@ -216,23 +216,12 @@ TEST(meta_side_payload_offsets_checked_by_verify) {
 
 /* ---- the identity of .metadata: trusted unread while it is the file the save wrote ---- */
 
-static uint64_t thread_rchar(void) {
-    FILE *f = fopen("/proc/thread-self/io", "r");
-    if (!f) return 0;
-    char line[128];
-    unsigned long long v = 0;
-    while (fgets(line, sizeof line, f))
-        if (sscanf(line, "rchar: %llu", &v) == 1) break;
-    fclose(f);
-    return v;
-}
-
 /* Bytes this thread read opening dir (-1: the open failed); *side: whether the cache served. */
 static long long open_reads(const char *dir, int *side) {
-    uint64_t before = thread_rchar();
+    uint64_t before = fx_thread_io("rchar");
     sck_ckpt *ck;
     if (sck_ckpt_open(dir, &ck) != SCK_OK) return -1;
-    long long n = (long long)(thread_rchar() - before);
+    long long n = (long long)(fx_thread_io("rchar") - before);
     *side = ck->from_side;
     sck_ckpt_close(ck);
     return n;
