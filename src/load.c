@@ -95,6 +95,7 @@ typedef struct load_plan {
     ck_reads reads;     /* w, planned (ckpt_plan_reads) */
     size_t stop;        /* entries before this one passed the checks; bytes entries among them are read by load_run */
     int rc;             /* the check that failed at entry `stop`, or the plan's (stop = st->n) */
+    char msg[1024];     /* its message: the collective planning in between may set others */
 } load_plan;
 
 static void load_plan_free(load_plan *lp) {
@@ -129,6 +130,7 @@ static int load_prepare(sck_ckpt *ck, const sck_state *st, const long *found, un
     lp->stop = rc ? i - 1 : st->n;
     if (!rc) rc = ckpt_plan_reads(ck, lp->w, lp->nw, &lp->reads);
     lp->rc = rc;
+    if (rc) snprintf(lp->msg, sizeof lp->msg, "%s", sck_last_error());
     return rc == SCK_ERR_NOMEM ? rc : SCK_OK;
 }
 
@@ -140,7 +142,10 @@ static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned fla
         st_entry *e = &st->e[i];
         if (found[i] >= 0 && e->kind != ENT_TENSOR && !(rc = load_bytes(ck, (size_t)found[i], e))) e->loaded = 1;
     }
-    if (!rc) rc = lp->rc;
+    if (!rc && lp->rc) {
+        sck_err_set_raw(lp->msg);
+        rc = lp->rc;
+    }
     if (!rc) rc = ckpt_run_reads(ck, lp->w, &lp->reads);
     for (size_t i = 0; !rc && i < st->n; i++)
         if (found[i] >= 0 && st->e[i].kind == ENT_TENSOR) st->e[i].loaded = 1;
