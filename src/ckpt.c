@@ -1225,8 +1225,9 @@ typedef struct small_rd {
     uint64_t from, to;      /* the file bytes this entry covers: the item, or the run */
 } small_rd;
 
-/* Whether want x's part of chunk ci can go in a batch: a small item this rank checks, not checked
- * yet, stored little-endian, whose overlap is one run inside it.  Fills *s. */
+/* Whether want x's part of chunk o->ci can go in a batch: a small item stored little-endian whose
+ * overlap is one run inside it, which this rank checks (and has not yet) or, with thread ranks, which
+ * another rank checks whole.  Fills *s. */
 static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, small_rd *s) {
     size_t ci = o->ci;
     const ck_entry *e = &ck->m.e[x->ei];
@@ -1243,9 +1244,8 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = box_numel(&c->box);
     if (!r->strides && o->elems == n && box_numel(x->box) == n) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
-        *s = (small_rd){x->ei, ci, r->data_off, n * elem, x->dst, !peer, 0, 0};
-        s->from = peer ? s->run : c->offset;
-        s->to = peer ? s->run + s->len : c->offset + c->length;
+        uint64_t a = r->data_off, len = n * elem;
+        *s = (small_rd){x->ei, ci, a, len, x->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
         return 1;
     }
     sck_box ov;
@@ -1255,9 +1255,8 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
-    *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst, !peer, 0, 0};
-    s->from = peer ? a : c->offset;
-    s->to = peer ? a + l.first_len : c->offset + c->length;
+    *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst, !peer, peer ? a : c->offset,
+                    peer ? a + l.first_len : c->offset + c->length};
     return 1;
 }
 
