@@ -79,11 +79,11 @@ static int row_blocks_in_order(const ck_entry *e) {
     if (e->ndim < 1) return 0;
     int64_t next = 0;
     for (size_t c = 0; c < e->nchunks; c++) {
-        const sck_box *b = &e->chunks[c].box;
-        if (b->ndim != e->ndim || b->off[0] != next || b->size[0] <= 0) return 0;
+        const int64_t *off = ck_chunk_off(e, c), *size = ck_chunk_size(e, c);
+        if (off[0] != next || size[0] <= 0) return 0;
         for (int d = 1; d < e->ndim; d++)
-            if (b->off[d] != 0 || b->size[d] != e->shape[d]) return 0;
-        next += b->size[0];
+            if (off[d] != 0 || size[d] != e->shape[d]) return 0;
+        next += size[0];
     }
     return 1;
 }
@@ -101,7 +101,7 @@ static int check_overlaps(const sck_ckpt *ck) {
     for (size_t i = 0; i < ck->m.n && !rc; i++) {
         const ck_entry *e = &ck->m.e[i];
         if (e->is_bytes || e->nchunks < 2 || row_blocks_in_order(e)) continue;
-        for (size_t c = 0; c < e->nchunks; c++) boxes[c] = e->chunks[c].box;
+        for (size_t c = 0; c < e->nchunks; c++) ck_chunk_box(e, c, &boxes[c]);
         long a, b;
         if (!box_cover_exact(e->ndim, e->shape, boxes, e->nchunks, &a, &b) && a >= 0 && b >= 0)
             rc = sck_err(SCK_ERR_COVERAGE, "%s: tensor '%s': saved chunks %ld and %ld overlap", ck->dir, e->key, a, b);
@@ -299,10 +299,10 @@ int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info) {
 int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info) {
     if (!ck || !info || i >= ck->m.n || j >= ck->m.e[i].nchunks)
         return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_chunk: index (%zu, %zu) out of range", i, j);
-    const ck_chunk *c = &ck->m.e[i].chunks[j];
+    const ck_entry *e = &ck->m.e[i];
+    const ck_chunk *c = &e->chunks[j];
     memset(info, 0, sizeof *info);
-    memcpy(info->offsets, c->box.off, sizeof info->offsets);
-    memcpy(info->sizes, c->box.size, sizeof info->sizes);
+    for (int d = 0; d < e->ndim; d++) info->offsets[d] = ck_chunk_off(e, j)[d], info->sizes[d] = ck_chunk_size(e, j)[d];
     info->file = ck->m.files[c->file];
     info->offset = c->offset;
     info->length = c->length;
@@ -431,11 +431,11 @@ static int item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
     return rc;
 }
 
-/* The element strides of chunk c's stored view (r resolved); buf holds them when they are row-major.
- * Valid until the next resolve. */
-static const int64_t *res_strides(const sck_ckpt *ck, const ck_chunk *c, const ck_res *r, int64_t *buf) {
+/* The element strides of the stored view of a chunk at cbox (r resolved); buf holds them when they are
+ * row-major.  Valid until the next resolve. */
+static const int64_t *res_strides(const sck_ckpt *ck, const sck_box *cbox, const ck_res *r, int64_t *buf) {
     if (r->strides) return ck->strides[r->strides - 1];
-    box_strides(&c->box, buf);
+    box_strides(cbox, buf);
     return buf;
 }
 
@@ -466,7 +466,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     if (rc) return rc;
     if ((rc = check_window(ck, e, c, fsize))) return rc;
     size_t elem = sck_dtype_size((sck_dtype)e->dtype);
-    uint64_t numel = box_numel(&c->box), need;
+    uint64_t numel = ck_chunk_numel(e, ci), need;
     if (sck_mul_overflow_u64(numel, elem, &need)) return sck_err(SCK_ERR_FORMAT, "%s: chunk too large", what);
     if (c->raw) {
         if (c->length != need)
@@ -512,7 +512,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
                      e->dtype_name);
         goto out;
     }
-    if (t.ndim != e->ndim || memcmp(t.size, c->box.size, (size_t)t.ndim * sizeof *t.size)) {
+    if (t.ndim != e->ndim || (t.ndim && memcmp(t.size, ck_chunk_size(e, ci), (size_t)t.ndim * sizeof *t.size))) {
         rc = sck_err(SCK_ERR_FORMAT, "%s: stored tensor shape differs from the chunk's sizes in metadata", what);
         goto out;
     }
@@ -533,7 +533,9 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         r->data_off = dr->data_off + (uint64_t)t.storage_offset * elem;
     }
     int64_t rm[SCK_MAX_DIMS];
-    box_strides(&c->box, rm);
+    sck_box cbox;
+    ck_chunk_box(e, ci, &cbox);
+    box_strides(&cbox, rm);
     r->strides = 0;
     if (e->ndim && memcmp(rm, t.stride, (size_t)e->ndim * sizeof *rm)) { /* a view torch saved as it was */
         if (ck->nstrides == ck->capstrides) {
@@ -576,9 +578,9 @@ out:
     return rc;
 }
 
-static void fmt_dims(char *buf, size_t cap, const sck_box *b) {
+static void fmt_dims(char *buf, size_t cap, int ndim, const int64_t *off) {
     size_t k = (size_t)snprintf(buf, cap, "[");
-    for (int d = 0; d < b->ndim && k < cap; d++) k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)b->off[d]);
+    for (int d = 0; d < ndim && k < cap; d++) k += (size_t)snprintf(buf + k, cap - k, d ? ", %lld" : "%lld", (long long)off[d]);
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
@@ -589,7 +591,7 @@ int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
     item_what(ck, e, c, what, sizeof what);
     if (!e->is_bytes) {
         char dims[360];
-        fmt_dims(dims, sizeof dims, &c->box);
+        fmt_dims(dims, sizeof dims, e->ndim, ck_chunk_off(e, ci));
         snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
     }
     return sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
@@ -916,15 +918,15 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
  * many short runs in file order (column blocks) in one pass from the first to the end of the last,
  * read ahead as the checked pass is, rather than run by run through the windows.  nruns: how many
  * runs the overlap has (read_overlap counted them). */
-static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, const int64_t *strides,
-                             run_ctx *rx, size_t nruns) {
+static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov,
+                             const int64_t *strides, run_ctx *rx, size_t nruns) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     run_list l = {NULL, nruns, 0, 1, 0, 0, 0};
     if (c->length <= SMALL_ITEM && l.n <= FEW_RUNS) {
         /* A part of a small item (a row block of a reshard): a window would bring in the whole item
          * and its neighbours, which the item's owner reads already. */
         rx->no_window = 1;
-        int rc = box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
+        int rc = box_runs(cbox, strides, want, ov, rx->elem, copy_run, rx);
         rx->no_window = 0;
         return rc;
     }
@@ -933,13 +935,13 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
         l.n = 0;
         l.ordered = 1;
         if ((l.r = malloc(l.cap * sizeof *l.r))) { /* else run by run: slower, not wrong */
-            box_runs(&c->box, strides, want, ov, rx->elem, collect_run, &l);
+            box_runs(cbox, strides, want, ov, rx->elem, collect_run, &l);
             int ordered = l.ordered, rc = ordered ? check_and_copy(ck, ei, ci, rx, &l, 0) : SCK_OK;
             free(l.r);
             if (ordered) return rc;
         }
     }
-    return box_runs(&c->box, strides, want, ov, rx->elem, copy_run, rx);
+    return box_runs(cbox, strides, want, ov, rx->elem, copy_run, rx);
 }
 
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
@@ -982,7 +984,9 @@ int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, c
     if (rc) return rc;
     range_list l = {r->data_off, c->offset, c->offset + c->length, rg, 0, cap, 0};
     int64_t sb[SCK_MAX_DIMS];
-    box_runs(&c->box, res_strides(ck, c, r, sb), want, ov, sck_dtype_size((sck_dtype)ck->m.e[ei].dtype), collect_range, &l);
+    sck_box cbox;
+    ck_chunk_box(&ck->m.e[ei], ci, &cbox);
+    box_runs(&cbox, res_strides(ck, &cbox, r, sb), want, ov, sck_dtype_size((sck_dtype)ck->m.e[ei].dtype), collect_range, &l);
     if (l.outside) {
         char what[4600];
         item_what(ck, &ck->m.e[ei], c, what, sizeof what);
@@ -1054,8 +1058,8 @@ static int copy_comb_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_
 
 /* This rank's part of an item checked by combining CRCs (src/load_checks.h): the owner first
  * checksums the gaps, once; then every reader copies its runs, checksumming its segments. */
-static int read_combined(sck_ckpt *ck, ck_comb *cb, const sck_box *want, const sck_box *ov, const int64_t *strides, run_ctx *rx) {
-    const ck_chunk *c = rx->ird->c;
+static int read_combined(sck_ckpt *ck, ck_comb *cb, const sck_box *cbox, const sck_box *want, const sck_box *ov, const int64_t *strides,
+                         run_ctx *rx) {
     for (size_t k = cb->nseg; k < cb->nseg + cb->ngap; k++) {
         uint64_t *g = cb->r[k];
         if (g[2]) continue;
@@ -1066,7 +1070,7 @@ static int read_combined(sck_ckpt *ck, ck_comb *cb, const sck_box *want, const s
         g[2] = 1;
     }
     comb_ctx x = {rx, cb};
-    return box_runs(&c->box, strides, want, ov, rx->elem, copy_comb_run, &x);
+    return box_runs(cbox, strides, want, ov, rx->elem, copy_comb_run, &x);
 }
 
 /* Whether a page of file fd is in the page cache: mincore over a one-page mapping, which reads nothing
@@ -1094,7 +1098,8 @@ static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int lo
     return !page_cached(ck->files[c->file].fd, c->offset + c->length / 2);
 }
 
-static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, const sck_box *ov, void *dst) {
+/* cbox: chunk ci's box (ck_chunk_box). */
+static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
     ck_res *r = NULL;
@@ -1116,9 +1121,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
     int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
     int64_t sb[SCK_MAX_DIMS];
-    const int64_t *strides = res_strides(ck, c, r, sb);
+    const int64_t *strides = res_strides(ck, cbox, r, sb);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
-    box_runs(&c->box, strides, want, ov, rx.elem, collect_run, &l);
+    box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
     int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN;
     /* O_DIRECT serves long runs read into dst (one checked run, or unchecked runs); many short runs,
      * and an item checked around several runs, are read through the cache, with its read-ahead. */
@@ -1133,9 +1138,9 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     /* The next item is asked for before this one is read; read_run_checked asks once its read is under way. */
     if (ahead && !piped) prefetch_next(ck, c);
     if (!check) {
-        rc = cb     ? read_combined(ck, cb, want, ov, strides, &rx)
-             : peer ? copy_peer_checked(ck, ei, ci, want, ov, strides, &rx, l.n)
-                    : box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
+        rc = cb     ? read_combined(ck, cb, cbox, want, ov, strides, &rx)
+             : peer ? copy_peer_checked(ck, ei, ci, cbox, want, ov, strides, &rx, l.n)
+                    : box_runs(cbox, strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
             char msg[1024];
@@ -1161,7 +1166,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
         l.ordered = 1;
         l.r = malloc((l.cap ? l.cap : 1) * sizeof *l.r);
         if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
-        box_runs(&c->box, strides, want, ov, rx.elem, collect_run, &l);
+        box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
         if (l.ordered) {
             rc = check_and_copy(ck, ei, ci, &rx, &l, 1);
             free(l.r);
@@ -1172,7 +1177,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want,
     }
     if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
     r->verified = 1;
-    return box_runs(&c->box, strides, want, ov, rx.elem, copy_run, &rx);
+    return box_runs(cbox, strides, want, ov, rx.elem, copy_run, &rx);
 }
 
 static int cmp_read_op(const void *a, const void *b) {
@@ -1241,18 +1246,19 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
         return 0;
     }
     if ((r->verified && !peer) || r->swap) return 0;
-    uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = box_numel(&c->box);
+    uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = ck_chunk_numel(e, ci);
     if (!r->strides && o->elems == n && box_numel(x->box) == n) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
         uint64_t a = r->data_off, len = n * elem;
         *s = (small_rd){x->ei, ci, a, len, x->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
         return 1;
     }
-    sck_box ov;
-    box_intersect(&c->box, x->box, &ov);
+    sck_box ov, cbox;
+    ck_chunk_box(e, ci, &cbox);
+    box_intersect(&cbox, x->box, &ov);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     int64_t sb[SCK_MAX_DIMS];
-    box_runs(&c->box, res_strides(ck, c, r, sb), x->box, &ov, elem, collect_run, &l);
+    box_runs(&cbox, res_strides(ck, &cbox, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
     *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst, !peer, peer ? a : c->offset,
@@ -1399,9 +1405,10 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
             continue;
         }
         const ck_want *x = &w[op[j].k];
-        sck_box ov;
-        box_intersect(&ck->m.e[x->ei].chunks[op[j].ci].box, x->box, &ov);
-        rc = read_overlap(ck, x->ei, op[j].ci, x->box, &ov, x->dst);
+        sck_box ov, cbox;
+        ck_chunk_box(&ck->m.e[x->ei], op[j].ci, &cbox);
+        box_intersect(&cbox, x->box, &ov);
+        rc = read_overlap(ck, x->ei, op[j].ci, &cbox, x->box, &ov, x->dst);
         j++;
     }
     free(sb);

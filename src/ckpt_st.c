@@ -29,13 +29,12 @@ static int add_st_file(ck_meta *m, const char *dir, const char *name) {
         memcpy(e->shape, t->shape, sizeof e->shape);
         ck_chunk c;
         memset(&c, 0, sizeof c);
-        c.box.ndim = t->ndim;
-        memcpy(c.box.size, t->shape, sizeof c.box.size);
+        static const int64_t zeros[SCK_MAX_DIMS];
         c.file = fi;
         c.offset = h.data_start + t->begin;
         c.length = t->end - t->begin;
         c.raw = 1;
-        rc = ck_entry_add_chunk(e, &c);
+        rc = ck_entry_add_chunk(e, &c, zeros, t->shape);
     }
     st_header_free(&h);
     return rc;

@@ -16,6 +16,7 @@ void ck_meta_free(ck_meta *m) {
     for (size_t i = 0; i < m->n; i++) {
         if (!m->key_pool) free(m->e[i].key);
         if (!m->chunk_pool) free(m->e[i].chunks);
+        if (!m->dims_pool) free(m->e[i].dims);
     }
     if (m->chunk_pool) sck_huge_free(m->e, m->cap, sizeof *m->e);
     else free(m->e);
@@ -24,6 +25,7 @@ void ck_meta_free(ck_meta *m) {
     free(m->files);
     free(m->key_pool);
     sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
+    sck_huge_free(m->dims_pool, m->dims_pool_n, sizeof *m->dims_pool);
     free(m->file_pool);
     free(m->file_end);
     free(m->item_base);
@@ -47,18 +49,42 @@ int ck_meta_add(ck_meta *m, const char *key, ck_entry **out) {
     return SCK_OK;
 }
 
-int ck_entry_add_chunk(ck_entry *e, const ck_chunk *c) {
+int ck_entry_add_chunk(ck_entry *e, const ck_chunk *c, const int64_t *off, const int64_t *size) {
     /* grow by doubling: capacity is implicit (power of two >= n) */
-    size_t n = e->nchunks;
+    size_t n = e->nchunks, nd = (size_t)e->ndim;
     if ((n & (n - 1)) == 0) {
         size_t cap = n ? n * 2 : 1;
         ck_chunk *p = realloc(e->chunks, cap * sizeof *p);
         if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory adding a chunk", e->key);
         e->chunks = p;
+        if (nd) {
+            int64_t *d = realloc(e->dims, cap * 2 * nd * sizeof *d);
+            if (!d) return sck_err(SCK_ERR_NOMEM, "%s: out of memory adding a chunk", e->key);
+            e->dims = d;
+        }
     }
     e->chunks[n] = *c;
+    if (nd) {
+        memcpy(e->dims + 2 * nd * n, off, nd * sizeof *off);
+        memcpy(e->dims + 2 * nd * n + nd, size, nd * sizeof *size);
+    }
     e->nchunks++;
     return SCK_OK;
+}
+
+void ck_chunk_box(const ck_entry *e, size_t c, sck_box *out) {
+    out->ndim = e->ndim;
+    if (!e->ndim) return;
+    const int64_t *o = ck_chunk_off(e, c), *s = o + e->ndim;
+    for (int d = 0; d < e->ndim; d++) out->off[d] = o[d], out->size[d] = s[d];
+}
+
+uint64_t ck_chunk_numel(const ck_entry *e, size_t c) {
+    if (!e->ndim) return 1;
+    const int64_t *s = ck_chunk_size(e, c);
+    uint64_t n = 1;
+    for (int d = 0; d < e->ndim; d++) n *= (uint64_t)s[d];
+    return n;
 }
 
 int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx) {
@@ -101,7 +127,9 @@ int ck_ov_next(ck_ov_it *it, size_t *ci, sck_box *ov) {
     while (it->left && it->k < it->e->nchunks) {
         size_t c = it->from + it->k++;
         if (c >= it->e->nchunks) c -= it->e->nchunks;
-        if (!box_intersect(&it->e->chunks[c].box, it->want, ov)) continue;
+        sck_box cb;
+        ck_chunk_box(it->e, c, &cb);
+        if (!box_intersect(&cb, it->want, ov)) continue;
         uint64_t n = box_numel(ov);
         it->left = n < it->left ? it->left - n : 0;
         *ci = c;
@@ -224,9 +252,9 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
                 if (c % 1000 == 0) pk_mark(&w);
                 enc_obj_begin(&w, MOD_META, "ChunkStorageMetadata");
                 pk_cstr_memo(&w, "offsets");
-                enc_size(&w, e->ndim, e->chunks[c].box.off);
+                enc_size(&w, e->ndim, ck_chunk_off(e, c));
                 pk_cstr_memo(&w, "sizes");
-                enc_size(&w, e->ndim, e->chunks[c].box.size);
+                enc_size(&w, e->ndim, ck_chunk_size(e, c));
                 enc_obj_end(&w);
                 if (c % 1000 == 999 || c + 1 == e->nchunks) pk_appends(&w);
             }
@@ -261,7 +289,7 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
             else pk_int(&w, (int64_t)c);
             if (!e->is_bytes) {
                 pk_cstr_memo(&w, "offset");
-                enc_size(&w, e->ndim, ch->box.off);
+                enc_size(&w, e->ndim, ck_chunk_off(e, c));
             }
             enc_obj_end(&w);
             enc_obj_begin(&w, MOD_FS, "_StorageInfo");
@@ -411,15 +439,16 @@ static int decode_entry(ck_meta *m, const pk_obj *key, const pk_obj *val, const 
         ck_chunk ch;
         memset(&ch, 0, sizeof ch);
         ch.file = UINT32_MAX; /* marks "no storage info yet" */
+        sck_box b;
         int nd1 = -1, nd2 = -1;
         const pk_obj *co = chunks->items[c];
-        if (!get_dims(attr(co, "offsets"), &nd1, ch.box.off) || !get_dims(attr(co, "sizes"), &nd2, ch.box.size) ||
-            nd1 != e->ndim || nd2 != e->ndim)
+        if (!get_dims(attr(co, "offsets"), &nd1, b.off) || !get_dims(attr(co, "sizes"), &nd2, b.size) || nd1 != e->ndim ||
+            nd2 != e->ndim)
             return sck_err(SCK_ERR_FORMAT, "%s: tensor '%s' chunk %zu has malformed offsets/sizes", what, key->s, c);
-        ch.box.ndim = e->ndim;
-        if (!box_within(&ch.box, e->shape))
+        b.ndim = e->ndim;
+        if (!box_within(&b, e->shape))
             return sck_err(SCK_ERR_FORMAT, "%s: tensor '%s' chunk %zu lies outside the tensor", what, key->s, c);
-        if ((rc = ck_entry_add_chunk(e, &ch))) return rc;
+        if ((rc = ck_entry_add_chunk(e, &ch, b.off, b.size))) return rc;
     }
     return SCK_OK;
 }
@@ -455,7 +484,7 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
         if (e->nchunks) return sck_err(SCK_ERR_FORMAT, "%s: bytes entry '%s' has two storage records", what, fqn->s);
         ck_chunk c0;
         memset(&c0, 0, sizeof c0);
-        int rc = ck_entry_add_chunk(e, &c0);
+        int rc = ck_entry_add_chunk(e, &c0, NULL, NULL);
         if (rc) return rc;
         ch = &e->chunks[0];
     } else {
@@ -466,8 +495,8 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
         const pk_obj *hint = attr(key, "index");
         size_t start = hint && hint->kind == PK_INT && hint->i >= 0 && (uint64_t)hint->i < e->nchunks ? (size_t)hint->i : 0;
         for (size_t k = 0; k < e->nchunks && !ch; k++) {
-            ck_chunk *c = &e->chunks[(start + k) % e->nchunks];
-            if (!memcmp(c->box.off, offs, (size_t)nd * sizeof *offs)) ch = c;
+            size_t c = (start + k) % e->nchunks;
+            if (!nd || !memcmp(ck_chunk_off(e, c), offs, (size_t)nd * sizeof *offs)) ch = &e->chunks[c];
         }
         if (!ch) return sck_err(SCK_ERR_FORMAT, "%s: '%s': storage record for a chunk offset that has no chunk", what, fqn->s);
         if (ch->file != UINT32_MAX) return sck_err(SCK_ERR_FORMAT, "%s: '%s': chunk has two storage records", what, fqn->s);

@@ -6,17 +6,16 @@
 #include "util.h"
 
 typedef struct ck_chunk {
-    sck_box box;            /* where the chunk sits in the global tensor (bytes items: ndim 0) */
-    uint32_t file;          /* index into ck_meta.files */
     uint64_t offset;        /* item start in the file */
     uint64_t length;        /* item length */
-    int raw;                /* payload is plain row-major bytes at [offset, offset+length) (safetensors) */
-    int transformed;        /* DCP transform descriptors present: we cannot decode the item */
-    int has_crc;            /* crc32c is known (written by shardckpt; torch records none) */
-    uint32_t crc32c;        /* CRC-32C of the item's bytes [offset, offset+length) */
     uint64_t payload;       /* where in the item our save put the payload (contiguous row-major,
                              * little-endian), known from .metadata.sck only; 0: unknown (the
                              * archive is parsed to find it) */
+    uint32_t file;          /* index into ck_meta.files */
+    uint32_t crc32c;        /* CRC-32C of the item's bytes [offset, offset+length) */
+    uint8_t raw;            /* payload is plain row-major bytes at [offset, offset+length) (safetensors) */
+    uint8_t transformed;    /* DCP transform descriptors present: we cannot decode the item */
+    uint8_t has_crc;        /* crc32c is known (written by shardckpt; torch records none) */
 } ck_chunk;
 
 typedef struct ck_entry {
@@ -27,6 +26,11 @@ typedef struct ck_entry {
     int ndim;
     int64_t shape[SCK_MAX_DIMS];
     ck_chunk *chunks;
+    int64_t *dims;          /* where each chunk sits in the global tensor: chunk c's offsets are
+                             * dims[2*ndim*c ..], its sizes the ndim values after them (ck_chunk_off,
+                             * ck_chunk_size).  Kept out of ck_chunk: an sck_box has room for
+                             * SCK_MAX_DIMS dimensions, and 80 000 of them made a model of 25 MB
+                             * that every chunk looked up missed the cache in.  NULL for ndim 0. */
     size_t nchunks;
 } ck_entry;
 
@@ -41,6 +45,8 @@ typedef struct ck_meta {
     char *key_pool;
     ck_chunk *chunk_pool;   /* chunk_pool_n chunks; it and e (cap entries) from sck_huge_calloc */
     size_t chunk_pool_n;
+    int64_t *dims_pool;     /* dims_pool_n values, from sck_huge_calloc: every entry's dims */
+    size_t dims_pool_n;
     char *file_pool;
     /* Set by ckpt_from_model (src/ckpt.h), freed here: each data file's extent (the end of its last
      * item), nfiles values; the first item number of each entry (items counted across entries in
@@ -53,8 +59,18 @@ typedef struct ck_meta {
 void ck_meta_free(ck_meta *m);
 /* Appends an entry with a copy of key; returns it in *out.  Errors: SCK_ERR_NOMEM. */
 int ck_meta_add(ck_meta *m, const char *key, ck_entry **out);
-/* Appends a chunk to e.  Errors: SCK_ERR_NOMEM. */
-int ck_entry_add_chunk(ck_entry *e, const ck_chunk *c);
+/* Appends a chunk to e, at offsets `off` with sizes `size` (e->ndim values each, set before the first
+ * chunk; NULL for ndim 0).  Errors: SCK_ERR_NOMEM. */
+int ck_entry_add_chunk(ck_entry *e, const ck_chunk *c, const int64_t *off, const int64_t *size);
+/* Chunk c's offsets and sizes in the global tensor (e->ndim values each; NULL for ndim 0). */
+static inline const int64_t *ck_chunk_off(const ck_entry *e, size_t c) { return e->ndim ? e->dims + 2 * (size_t)e->ndim * c : NULL; }
+static inline const int64_t *ck_chunk_size(const ck_entry *e, size_t c) {
+    return e->ndim ? e->dims + 2 * (size_t)e->ndim * c + e->ndim : NULL;
+}
+/* Chunk c's place in the global tensor as a box (ndim e->ndim). */
+void ck_chunk_box(const ck_entry *e, size_t c, sck_box *out);
+/* Elements of chunk c (1 for ndim 0). */
+uint64_t ck_chunk_numel(const ck_entry *e, size_t c);
 /* Index of file name (added if new).  Errors: SCK_ERR_NOMEM. */
 int ck_meta_file(ck_meta *m, const char *name, uint32_t *idx);
 /* Sorts entries by key and rejects duplicates.  Errors: SCK_ERR_FORMAT. */

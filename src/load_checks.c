@@ -50,7 +50,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         const ck_entry *ce = &ck->m.e[x->ei];
         const ck_chunk *c = &ce->chunks[o->ci];
         if (!c->has_crc) continue;
-        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->elems == box_numel(&c->box)};
+        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->elems == ck_chunk_numel(ce, o->ci)};
         if (n && cmp_rec(&rec[n - 1], &rec[n]) > 0) sorted = 0;
         n++;
     }
@@ -79,9 +79,10 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
             bytes = rec[e].bytes > UINT64_MAX - bytes ? UINT64_MAX : bytes + rec[e].bytes;
             const read_op *o = &r->op[rec[e].j];
             const ck_want *x = &w[o->k];
-            sck_box ov;
+            sck_box ov, cbox;
             if (rec[e].whole) nr = LC_RANGES + 1;
-            else if (box_intersect(&ck->m.e[x->ei].chunks[o->ci].box, x->box, &ov)) add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
+            else if ((ck_chunk_box(&ck->m.e[x->ei], o->ci, &cbox), box_intersect(&cbox, x->box, &ov)))
+                add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
         }
         uint8_t rec_buf[30 + 20 * LC_RANGES], *q = rec_buf;
         uint64_t m = nr <= LC_RANGES ? nr : 0;

@@ -109,11 +109,9 @@ int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **
 }
 
 static int same_chunk(const ck_meta *a, const ck_chunk *x, const ck_meta *b, const ck_chunk *y) {
-    if (x->box.ndim != y->box.ndim || x->offset != y->offset || x->length != y->length || x->raw != y->raw ||
-        x->transformed != y->transformed || x->has_crc != y->has_crc || (x->has_crc && x->crc32c != y->crc32c))
+    if (x->offset != y->offset || x->length != y->length || x->raw != y->raw || x->transformed != y->transformed ||
+        x->has_crc != y->has_crc || (x->has_crc && x->crc32c != y->crc32c))
         return 0;
-    for (int d = 0; d < x->box.ndim; d++)
-        if (x->box.off[d] != y->box.off[d] || x->box.size[d] != y->box.size[d]) return 0;
     return x->file < a->nfiles && y->file < b->nfiles && !strcmp(a->files[x->file], b->files[y->file]);
 }
 
@@ -124,6 +122,8 @@ int meta_same(const ck_meta *a, const ck_meta *b) {
         if (strcmp(x->key, y->key) || x->is_bytes != y->is_bytes || x->dtype != y->dtype || strcmp(x->dtype_name, y->dtype_name) ||
             x->ndim != y->ndim || x->nchunks != y->nchunks || memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape))
             return 0;
+        /* Both entries have x->ndim dimensions: their dims arrays have the same length. */
+        if (x->ndim && x->nchunks && memcmp(x->dims, y->dims, 2 * (size_t)x->ndim * x->nchunks * sizeof *x->dims)) return 0;
         for (size_t k = 0; k < x->nchunks; k++)
             if (!same_chunk(a, &x->chunks[k], b, &y->chunks[k])) return 0;
     }

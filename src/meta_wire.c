@@ -62,11 +62,7 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
             return sck_err(SCK_ERR_INVALID_ARG, "'%s': malformed entry (dtype name or rank)", e->key);
         size += MW_ENTRY_MIN + len + name + 8 * (size_t)e->ndim;
         key_bytes += len + 1;
-        for (size_t c = 0; c < e->nchunks; c++) {
-            int nd = e->chunks[c].box.ndim;
-            if (nd < 0 || nd > SCK_MAX_DIMS) return sck_err(SCK_ERR_INVALID_ARG, "'%s': chunk %zu has rank %d", e->key, c, nd);
-            size += MW_CHUNK_MIN + 16 * (size_t)nd + (e->chunks[c].payload ? 8 : 0);
-        }
+        for (size_t c = 0; c < e->nchunks; c++) size += MW_CHUNK_MIN + 16 * (size_t)e->ndim + (e->chunks[c].payload ? 8 : 0);
         nchunks += e->nchunks;
     }
     int rc = sck_buf_reserve(out, size);
@@ -97,9 +93,9 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
         p = put64(p, e->nchunks);
         for (size_t c = 0; c < e->nchunks; c++) {
             const ck_chunk *ch = &e->chunks[c];
-            *p++ = (uint8_t)ch->box.ndim;
-            for (int d = 0; d < ch->box.ndim; d++) p = put64(p, (uint64_t)ch->box.off[d]);
-            for (int d = 0; d < ch->box.ndim; d++) p = put64(p, (uint64_t)ch->box.size[d]);
+            const int64_t *dims = ck_chunk_off(e, c); /* offsets, then sizes */
+            *p++ = (uint8_t)e->ndim;
+            for (int d = 0; d < 2 * e->ndim; d++) p = put64(p, (uint64_t)dims[d]);
             p = put32(p, ch->file);
             p = put64(p, ch->offset);
             p = put64(p, ch->length);
@@ -177,10 +173,11 @@ static int decode_chunk(mw_rd *r, const ck_meta *m, const ck_entry *e, size_t c,
     int nd = get8(r);
     if (nd != e->ndim) return bad(r, at, "'%s' chunk %zu has rank %d, the tensor %d", e->key, c, nd, e->ndim);
     if (need(r, 16 * (uint64_t)nd + MW_CHUNK_FIXED, "a chunk")) return SCK_ERR_FORMAT;
-    ch->box.ndim = nd;
-    for (int d = 0; d < nd; d++) ch->box.off[d] = get_s64(r);
-    for (int d = 0; d < nd; d++) ch->box.size[d] = get_s64(r);
-    if (!box_within(&ch->box, e->shape)) return bad(r, at, "'%s' chunk %zu lies outside the tensor", e->key, c);
+    sck_box b; /* only its first nd dimensions: no zeroing per chunk */
+    b.ndim = nd;
+    for (int d = 0; d < nd; d++) b.off[d] = e->dims[2 * (size_t)nd * c + (size_t)d] = get_s64(r);
+    for (int d = 0; d < nd; d++) b.size[d] = e->dims[2 * (size_t)nd * c + (size_t)(nd + d)] = get_s64(r);
+    if (!box_within(&b, e->shape)) return bad(r, at, "'%s' chunk %zu lies outside the tensor", e->key, c);
     ch->file = get32(r);
     if (ch->file >= m->nfiles) return bad(r, at, "'%s' chunk %zu names file %u of %zu", e->key, c, ch->file, m->nfiles);
     ch->offset = get64(r);
@@ -202,7 +199,8 @@ static int decode_chunk(mw_rd *r, const ck_meta *m, const ck_entry *e, size_t c,
     return SCK_OK;
 }
 
-static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t *key_used, size_t nchunks, size_t *chunks_used) {
+static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t *key_used, size_t nchunks, size_t *chunks_used,
+                        size_t *dims_used) {
     ck_entry *e = &m->e[i];
     size_t at = r->pos;
     if (need(r, 4, "a key length")) return SCK_ERR_FORMAT;
@@ -239,9 +237,14 @@ static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t
     uint64_t k = get64(r);
     if (k > nchunks - *chunks_used) return bad(r, at, "'%s' has %llu chunks, more than the header's total left", e->key, (unsigned long long)k);
     if (e->is_bytes && k != 1) return bad(r, at, "bytes entry '%s' has %llu chunks, not 1", e->key, (unsigned long long)k);
+    /* Each dimension of a chunk takes 16 bytes here and 2 values in the pool, which holds one value per 8 bytes of input. */
+    if (e->ndim && k > (m->dims_pool_n - *dims_used) / (2 * (size_t)e->ndim))
+        return bad(r, at, "'%s' has %llu chunks of %d dimensions, more than the bytes left hold", e->key, (unsigned long long)k, e->ndim);
     e->nchunks = (size_t)k;
     e->chunks = k ? m->chunk_pool + *chunks_used : NULL;
+    e->dims = k && e->ndim ? m->dims_pool + *dims_used : NULL;
     *chunks_used += (size_t)k;
+    *dims_used += (size_t)k * 2 * (size_t)e->ndim;
     for (size_t c = 0; c < e->nchunks; c++)
         if ((rc = decode_chunk(r, m, e, c, &e->chunks[c]))) return rc;
     return SCK_OK;
@@ -267,11 +270,16 @@ static int decode(mw_rd *r, ck_meta *m) {
     m->chunk_pool_n = m->chunk_pool ? (nchunks ? nchunks : 1) : 0;
     m->e = m->chunk_pool ? sck_huge_calloc(n ? n : 1, sizeof *m->e) : NULL; /* freed as the pool's */
     m->cap = m->e ? (n ? n : 1) : 0;
-    if (!m->files || !m->file_pool || !m->e || !m->key_pool || !m->chunk_pool)
+    /* How many chunk dimensions there are is not in the header; the bytes bound them (8 a value).
+     * Only what is used gets touched. */
+    size_t ndims = (size_t)(left / 8) + 1;
+    m->dims_pool = sck_huge_calloc(ndims, sizeof *m->dims_pool);
+    m->dims_pool_n = m->dims_pool ? ndims : 0;
+    if (!m->files || !m->file_pool || !m->e || !m->key_pool || !m->chunk_pool || !m->dims_pool)
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a model of %llu entries", r->what, (unsigned long long)n);
     m->nfiles = (size_t)nfiles; /* pooled: ck_meta_free needs no per-item state */
     m->n = (size_t)n;
-    size_t file_used = 0, key_used = 0, chunks_used = 0;
+    size_t file_used = 0, key_used = 0, chunks_used = 0, dims_used = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
         size_t at = r->pos;
         if (need(r, 4, "a file name length")) return SCK_ERR_FORMAT;
@@ -280,7 +288,7 @@ static int decode(mw_rd *r, ck_meta *m) {
         if (!ck_plain_file_name(m->files[i])) return bad(r, at, "file name '%s' is not a plain name", m->files[i]);
     }
     for (size_t i = 0; i < m->n; i++) {
-        int rc = decode_entry(r, m, i, (size_t)key_bytes, &key_used, (size_t)nchunks, &chunks_used);
+        int rc = decode_entry(r, m, i, (size_t)key_bytes, &key_used, (size_t)nchunks, &chunks_used, &dims_used);
         if (rc) return rc;
     }
     if (file_used != file_bytes || key_used != key_bytes || chunks_used != nchunks)

@@ -342,11 +342,15 @@ static int add_item(builder *B, int rank, size_t entry, size_t chunk, size_t loc
     return SCK_OK;
 }
 
-/* A zeroed array of n chunks for the model. */
-static ck_chunk *new_chunks(builder *B, size_t n) {
-    ck_chunk *c = arena_alloc(B->p, (n ? n : 1) * sizeof *c);
-    if (c) memset(c, 0, (n ? n : 1) * sizeof *c);
-    return c;
+/* Zeroed arrays of n chunks for model entry e, with their dims when e has dimensions. */
+static int new_chunks(builder *B, ck_entry *e, size_t n) {
+    size_t nd = 2 * (size_t)e->ndim * n;
+    e->chunks = arena_alloc(B->p, (n ? n : 1) * sizeof *e->chunks);
+    e->dims = nd ? arena_alloc(B->p, nd * sizeof *e->dims) : NULL;
+    if (!e->chunks || (nd && !e->dims)) return nomem();
+    memset(e->chunks, 0, (n ? n : 1) * sizeof *e->chunks);
+    if (nd) memset(e->dims, 0, nd * sizeof *e->dims);
+    return SCK_OK;
 }
 
 static int model_entry(builder *B, const cur *f, ck_entry **out) {
@@ -408,7 +412,7 @@ static int merge_key(builder *B, cur *const *g, size_t ng) {
         if (!w) return sck_err(SCK_ERR_INVALID_ARG, "'%s': no rank supplied data for this %s", f->key, kind_name(f->kind));
         if (e) {
             e->is_bytes = 1;
-            if (!(e->chunks = new_chunks(B, 1))) return nomem();
+            if ((rc = new_chunks(B, e, 1))) return rc;
             e->chunks[0].file = (uint32_t)w->rank;
             e->nchunks = 1;
         }
@@ -430,9 +434,8 @@ static int merge_key(builder *B, cur *const *g, size_t ng) {
         for (size_t i = 1; i < ng; i++)
             if (B->load[g[i]->rank] < B->load[w->rank]) w = g[i];
         if (e) {
-            if (!(e->chunks = new_chunks(B, 1))) return nomem();
-            e->chunks[0].box.ndim = f->ndim;
-            memcpy(e->chunks[0].box.size, f->shape, sizeof e->chunks[0].box.size);
+            if ((rc = new_chunks(B, e, 1))) return rc;
+            if (f->ndim) memcpy(e->dims + f->ndim, f->shape, (size_t)f->ndim * sizeof *e->dims); /* offsets 0 */
             e->chunks[0].file = (uint32_t)w->rank;
             e->nchunks = 1;
         }
@@ -465,9 +468,11 @@ static int merge_key(builder *B, cur *const *g, size_t ng) {
         return sck_err(SCK_ERR_COVERAGE, "'%s': the shards of all ranks do not cover the whole tensor", f->key);
     }
     if (e) {
-        if (!(e->chunks = new_chunks(B, total))) return nomem();
+        if ((rc = new_chunks(B, e, total))) return rc;
         for (k = 0; k < total; k++) {
-            e->chunks[k].box = boxes[k];
+            int64_t *dims = e->dims + 2 * (size_t)f->ndim * k;
+            if (f->ndim) memcpy(dims, boxes[k].off, (size_t)f->ndim * sizeof *dims);
+            if (f->ndim) memcpy(dims + f->ndim, boxes[k].size, (size_t)f->ndim * sizeof *dims);
             e->chunks[k].file = (uint32_t)B->owner[k];
         }
         e->nchunks = total;

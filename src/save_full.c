@@ -149,7 +149,9 @@ static int write_boxes(const save_plan *p, int rank, const sck_state *st, const 
         full.ndim = e->ndim;
         memcpy(full.size, e->shape, sizeof full.size);
         run_ctx rx = {fds[fi], path, pc->data, L->data_off[ti]};
-        rc = box_runs(&pc->box, NULL, &full, &e->chunks[it->chunk].box, sck_dtype_size((sck_dtype)e->dtype), write_run, &rx);
+        sck_box cbox;
+        ck_chunk_box(e, it->chunk, &cbox);
+        rc = box_runs(&pc->box, NULL, &full, &cbox, sck_dtype_size((sck_dtype)e->dtype), write_run, &rx);
         if (rc) sck_err_wrap(rc, "'%s'", e->key);
     }
     for (size_t f = 0; f < L->nfiles; f++) {

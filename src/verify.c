@@ -9,7 +9,7 @@
 
 /* Chunks of a tensor must cover it exactly once: no overlap (also refused at open), no hole. */
 static int check_cover(const sck_ckpt *ck, const ck_entry *e, sck_box *scratch) {
-    for (size_t c = 0; c < e->nchunks; c++) scratch[c] = e->chunks[c].box;
+    for (size_t c = 0; c < e->nchunks; c++) ck_chunk_box(e, c, &scratch[c]);
     long a, b;
     if (box_cover_exact(e->ndim, e->shape, scratch, e->nchunks, &a, &b)) return SCK_OK;
     const char *file = e->nchunks ? ck->m.files[e->chunks[a >= 0 ? a : 0].file] : "(no chunks)";

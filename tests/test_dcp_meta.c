@@ -23,7 +23,7 @@ static void build_model(ck_meta *m, size_t nkeys) {
             c.file = f1;
             c.offset = 1000 + i;
             c.length = 55;
-            ck_entry_add_chunk(e, &c);
+            ck_entry_add_chunk(e, &c, NULL, NULL);
             continue;
         }
         e->dtype = (int)(i % SCK_DTYPE_COUNT);
@@ -34,14 +34,11 @@ static void build_model(ck_meta *m, size_t nkeys) {
         for (int64_t r = 0; r < e->shape[0]; r++) {
             ck_chunk c;
             memset(&c, 0, sizeof c);
-            c.box.ndim = 2;
-            c.box.off[0] = r;
-            c.box.size[0] = 1;
-            c.box.size[1] = e->shape[1];
+            int64_t off[2] = {r, 0}, size[2] = {1, e->shape[1]};
             c.file = r % 2 ? f1 : f0;
             c.offset = (uint64_t)r * 5000000000ull;
             c.length = 777;
-            ck_entry_add_chunk(e, &c);
+            ck_entry_add_chunk(e, &c, off, size);
         }
     }
     ck_meta_finish(m, "test");
@@ -64,7 +61,10 @@ TEST(dcp_meta_round_trip_2500_entries) {
             CHECK(x->dtype == y->dtype && x->ndim == y->ndim && !memcmp(x->shape, y->shape, sizeof x->shape));
         }
         for (size_t c = 0; c < x->nchunks; c++) {
-            CHECK(box_equal(&x->chunks[c].box, &y->chunks[c].box) || x->is_bytes);
+            sck_box bx, by;
+            ck_chunk_box(x, c, &bx);
+            ck_chunk_box(y, c, &by);
+            CHECK(box_equal(&bx, &by));
             CHECK(x->chunks[c].offset == y->chunks[c].offset && x->chunks[c].length == y->chunks[c].length);
             CHECK(!strcmp(m.files[x->chunks[c].file], back.files[y->chunks[c].file]));
         }
@@ -131,12 +131,9 @@ static int decode_patched(const char *relpath, int64_t off0, int64_t size0) {
     e->shape[0] = 4;
     ck_chunk c;
     memset(&c, 0, sizeof c);
-    c.box.ndim = 1;
-    c.box.off[0] = off0;
-    c.box.size[0] = size0;
     c.file = f;
     c.length = 10;
-    ck_entry_add_chunk(e, &c);
+    ck_entry_add_chunk(e, &c, &off0, &size0);
     sck_buf b;
     sck_buf_init(&b);
     dcp_meta_encode(&m, &b);
@@ -199,25 +196,31 @@ TEST(dcp_meta_random_mutations_never_crash) {
 }
 
 /* A 3 x 4 grid of chunks over a 9 x 8 tensor (rows 0-3, 3-6, 6-9; columns 2 each). */
-static void grid_entry(ck_entry *e, ck_chunk *chunks) {
+static void grid_entry(ck_entry *e, ck_chunk *chunks, int64_t *dims, sck_box *boxes) {
     memset(e, 0, sizeof *e);
     e->ndim = 2;
     e->shape[0] = 9;
     e->shape[1] = 8;
     e->chunks = chunks;
+    e->dims = dims;
     e->nchunks = 12;
     for (int i = 0; i < 12; i++) {
         memset(&chunks[i], 0, sizeof chunks[i]);
-        chunks[i].box.ndim = 2;
-        chunks[i].box.off[0] = 3 * (i / 4), chunks[i].box.size[0] = 3;
-        chunks[i].box.off[1] = 2 * (i % 4), chunks[i].box.size[1] = 2;
+        int64_t *d = dims + 4 * i; /* offsets, then sizes */
+        d[0] = 3 * (i / 4), d[2] = 3;
+        d[1] = 2 * (i % 4), d[3] = 2;
+        memset(&boxes[i], 0, sizeof boxes[i]);
+        boxes[i].ndim = 2;
+        boxes[i].off[0] = d[0], boxes[i].off[1] = d[1], boxes[i].size[0] = d[2], boxes[i].size[1] = d[3];
     }
 }
 
 TEST(dcp_meta_overlap_walk_finds_every_overlap_from_any_start) {
     ck_chunk chunks[12];
+    int64_t dims[48];
+    sck_box boxes[12];
     ck_entry e;
-    grid_entry(&e, chunks);
+    grid_entry(&e, chunks, dims, boxes);
     uint64_t x = 0x9e3779b97f4a7c15ull;
     for (int it = 0; it < 3000; it++) {
         x ^= x << 13; x ^= x >> 7; x ^= x << 17;
@@ -228,7 +231,7 @@ TEST(dcp_meta_overlap_walk_finds_every_overlap_from_any_start) {
         int expect[12] = {0}, seen[12] = {0}, nexpect = 0;
         for (int c = 0; c < 12; c++) {
             sck_box ov;
-            nexpect += expect[c] = box_intersect(&chunks[c].box, &want, &ov);
+            nexpect += expect[c] = box_intersect(&boxes[c], &want, &ov);
         }
         ck_ov_it w;
         size_t ci;
@@ -240,7 +243,7 @@ TEST(dcp_meta_overlap_walk_finds_every_overlap_from_any_start) {
             REQUIRE(ci < 12);
             CHECK(expect[ci] && !seen[ci]);
             sck_box again;
-            CHECK(box_intersect(&chunks[ci].box, &want, &again) && !memcmp(&again, &ov, sizeof ov));
+            CHECK(box_intersect(&boxes[ci], &want, &again) && !memcmp(&again, &ov, sizeof ov));
             seen[ci] = 1;
             got += box_numel(&ov);
             n++;

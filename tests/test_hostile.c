@@ -141,8 +141,8 @@ static void edit_fn(struct ck_meta *m, void *ctx) {
         free(m->files[c->file]);
         m->files[c->file] = sck_strdup(x->text);
         break;
-    case SET_ROW_OFF: c->box.off[0] = x->v; break;
-    case SET_ROW_SIZE: c->box.size[0] = x->v; break;
+    case SET_ROW_OFF: e->dims[2 * (size_t)e->ndim * x->chunk] = x->v; break;
+    case SET_ROW_SIZE: e->dims[2 * (size_t)e->ndim * x->chunk + (size_t)e->ndim] = x->v; break;
     case SET_ITEM_OFF: c->offset = (uint64_t)x->v; break;
     case SET_ITEM_LEN: c->length = (uint64_t)x->v; break;
     case SET_SHAPE0: e->shape[0] = x->v; break;

@@ -150,14 +150,13 @@ TEST(meta_same_compares_file_names_not_indices) {
         e->shape[0] = 8;
         ck_chunk c;
         memset(&c, 0, sizeof c);
-        c.box.ndim = 1;
-        c.box.size[0] = 4;
+        int64_t off = 0, size = 4;
         c.file = f0[k];
         c.length = 100;
-        REQUIRE_OK(ck_entry_add_chunk(e, &c));
-        c.box.off[0] = 4;
+        REQUIRE_OK(ck_entry_add_chunk(e, &c, &off, &size));
+        off = 4;
         c.file = f1[k];
-        REQUIRE_OK(ck_entry_add_chunk(e, &c));
+        REQUIRE_OK(ck_entry_add_chunk(e, &c, &off, &size));
     }
     CHECK(meta_same(&a, &b));
     b.e[0].chunks[1].file = fb0; /* the second chunk now names the other file */

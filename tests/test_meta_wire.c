@@ -8,14 +8,9 @@
 #include "harness.h"
 #include "meta_wire.h"
 
-static ck_chunk chunk(int ndim, const int64_t *off, const int64_t *size, uint32_t file, uint64_t offset, uint64_t length) {
+static ck_chunk chunk(uint32_t file, uint64_t offset, uint64_t length) {
     ck_chunk c;
     memset(&c, 0, sizeof c);
-    c.box.ndim = ndim;
-    for (int d = 0; d < ndim; d++) {
-        c.box.off[d] = off[d];
-        c.box.size[d] = size[d];
-    }
     c.file = file;
     c.offset = offset;
     c.length = length;
@@ -33,10 +28,10 @@ static void build_model(ck_meta *m) {
     ck_entry *e;
     ck_meta_add(m, "a.bytes", &e);
     e->is_bytes = 1;
-    ck_chunk b = chunk(0, NULL, NULL, f1, 12345, 77);
+    ck_chunk b = chunk(f1, 12345, 77);
     b.has_crc = 1;
     b.crc32c = 0xdeadbeefu;
-    ck_entry_add_chunk(e, &b);
+    ck_entry_add_chunk(e, &b, NULL, NULL);
 
     ck_meta_add(m, "b.weight", &e);
     e->dtype = SCK_BF16;
@@ -46,11 +41,11 @@ static void build_model(ck_meta *m) {
     e->shape[1] = 3000000000ll;
     for (int r = 0; r < 3; r++) {
         int64_t off[2] = {2 * r, 0}, size[2] = {2, 3000000000ll};
-        ck_chunk c = chunk(2, off, size, r % 2 ? f1 : f0, (uint64_t)r * 5000000000ull, 12000000000ull);
+        ck_chunk c = chunk(r % 2 ? f1 : f0, (uint64_t)r * 5000000000ull, 12000000000ull);
         c.has_crc = r != 1;
         c.crc32c = 0x80000001u + (uint32_t)r;
         c.transformed = r == 2;
-        ck_entry_add_chunk(e, &c);
+        ck_entry_add_chunk(e, &c, off, size);
     }
 
     ck_meta_add(m, "c.complex", &e);
@@ -59,16 +54,16 @@ static void build_model(ck_meta *m) {
     e->ndim = 1;
     e->shape[0] = 4;
     int64_t o1 = 0, s1 = 4;
-    ck_entry_add_chunk(e, &(ck_chunk){0});
-    e->chunks[0] = chunk(1, &o1, &s1, f2, 8, 32);
-    e->chunks[0].raw = 1;
+    ck_chunk raw = chunk(f2, 8, 32);
+    raw.raw = 1;
+    ck_entry_add_chunk(e, &raw, &o1, &s1);
 
     ck_meta_add(m, "d.scalar", &e);
     e->dtype = SCK_F64;
     snprintf(e->dtype_name, sizeof e->dtype_name, "float64");
-    ck_chunk s = chunk(0, NULL, NULL, f0, 0, 900);
+    ck_chunk s = chunk(f0, 0, 900);
     s.payload = 832; /* where our save put it (known from .metadata.sck) */
-    ck_entry_add_chunk(e, &s);
+    ck_entry_add_chunk(e, &s, NULL, NULL);
 
     ck_meta_add(m, "e.empty", &e); /* a tensor nobody saved a chunk of */
     e->dtype = SCK_I8;
@@ -86,8 +81,8 @@ static void build_model(ck_meta *m) {
         off[d] = d % 2;
         size[d] = 1;
     }
-    ck_chunk c16 = chunk(SCK_MAX_DIMS, off, size, f2, UINT64_MAX - 10, 10);
-    ck_entry_add_chunk(e, &c16);
+    ck_chunk c16 = chunk(f2, UINT64_MAX - 10, 10);
+    ck_entry_add_chunk(e, &c16, off, size);
     ck_meta_finish(m, "test");
 }
 
@@ -106,7 +101,10 @@ static void check_same(const ck_meta *x, const ck_meta *y) {
         REQUIRE(a->nchunks == b->nchunks);
         for (size_t c = 0; c < a->nchunks; c++) {
             const ck_chunk *p = &a->chunks[c], *q = &b->chunks[c];
-            CHECK(box_equal(&p->box, &q->box));
+            sck_box pb, qb;
+            ck_chunk_box(a, c, &pb);
+            ck_chunk_box(b, c, &qb);
+            CHECK(box_equal(&pb, &qb));
             CHECK(p->file == q->file);
             CHECK(p->offset == q->offset);
             CHECK(p->length == q->length);
@@ -179,8 +177,9 @@ static int model_sane(const ck_meta *m) {
         if (i && strcmp(m->e[i - 1].key, e->key) >= 0) return 0;
         if (e->is_bytes && e->nchunks != 1) return 0;
         for (size_t c = 0; c < e->nchunks; c++) {
-            if (e->chunks[c].file >= m->nfiles || !box_within(&e->chunks[c].box, e->shape)) return 0;
-            if (e->chunks[c].box.ndim != e->ndim) return 0;
+            sck_box b;
+            ck_chunk_box(e, c, &b);
+            if (e->chunks[c].file >= m->nfiles || !box_within(&b, e->shape)) return 0;
         }
     }
     for (size_t i = 0; i < m->nfiles; i++)
@@ -239,18 +238,22 @@ TEST(meta_wire_bit_flips_fail_cleanly_or_decode_a_sane_model) {
 
 /* Encodes a model that breaks one invariant (the encoder checks none of these) and expects the
  * decoder's message. */
-static void refuse(ck_meta *m, const char *substr) {
-    sck_buf b;
-    sck_buf_init(&b);
+static void refuse_wire(const sck_buf *b, const char *substr) {
     ck_meta back;
-    REQUIRE_OK(meta_wire_encode(m, &b));
-    int rc = meta_wire_decode(b.data, b.len, "bad", &back);
+    int rc = meta_wire_decode(b->data, b->len, "bad", &back);
     CHECK(rc == SCK_ERR_FORMAT);
     if (rc == SCK_OK) ck_meta_free(&back);
     if (!strstr(sck_last_error(), substr) || !strstr(sck_last_error(), "bad: checkpoint model bytes, offset ")) {
         fprintf(stderr, "  message was: %s (expected \"%s\")\n", sck_last_error(), substr);
         CHECK(0);
     }
+}
+
+static void refuse(ck_meta *m, const char *substr) {
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(meta_wire_encode(m, &b));
+    refuse_wire(&b, substr);
     sck_buf_free(&b);
     ck_meta_free(m);
 }
@@ -273,12 +276,28 @@ TEST(meta_wire_rejects_broken_invariants_naming_them) {
     refuse(&m, "'b.weight' chunk 1 names file 3 of 3");
 
     build_model(&m);
-    m.e[1].chunks[2].box.size[0] = 3;
+    m.e[1].dims[2 * 2 * 2 + 2] = 3; /* chunk 2's first size */
     refuse(&m, "'b.weight' chunk 2 lies outside the tensor");
 
+    /* A model cannot hold a chunk of another rank than its tensor: patch the bytes.  b.weight's chunk
+     * 0 is rank 2, offsets (0, 0), sizes (2, 3000000000). */
     build_model(&m);
-    m.e[1].chunks[0].box.ndim = 1;
-    refuse(&m, "'b.weight' chunk 0 has rank 1, the tensor 2");
+    sck_buf w;
+    sck_buf_init(&w);
+    REQUIRE_OK(meta_wire_encode(&m, &w));
+    uint8_t pat[33] = {2};
+    for (int j = 0; j < 8; j++) pat[17 + j] = (uint8_t)(2ull >> (8 * j)), pat[25 + j] = (uint8_t)(3000000000ull >> (8 * j));
+    uint8_t *at = NULL;
+    for (size_t i = 0; i + sizeof pat <= w.len; i++)
+        if (!memcmp(w.data + i, pat, sizeof pat)) {
+            CHECK(at == NULL);
+            at = w.data + i;
+        }
+    REQUIRE(at != NULL);
+    *at = 1;
+    refuse_wire(&w, "'b.weight' chunk 0 has rank 1, the tensor 2");
+    sck_buf_free(&w);
+    ck_meta_free(&m);
 
     build_model(&m);
     m.e[5].chunks[0].length = 11; /* offset is UINT64_MAX - 10 */
@@ -291,7 +310,7 @@ TEST(meta_wire_rejects_broken_invariants_naming_them) {
 
     build_model(&m);
     ck_chunk again = m.e[0].chunks[0];
-    ck_entry_add_chunk(&m.e[0], &again);
+    ck_entry_add_chunk(&m.e[0], &again, NULL, NULL);
     refuse(&m, "bytes entry 'a.bytes' has 2 chunks, not 1");
 
     build_model(&m);

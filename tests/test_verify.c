@@ -195,8 +195,11 @@ static void drop_middle_chunk(struct ck_meta *m, void *ctx) {
     (void)ctx;
     long i = ck_meta_find(m, "model.w");
     if (i < 0 || m->e[i].nchunks != 3) return;
-    m->e[i].chunks[1] = m->e[i].chunks[2];
-    m->e[i].nchunks = 2;
+    ck_entry *e = &m->e[i];
+    size_t nd = 2 * (size_t)e->ndim;
+    e->chunks[1] = e->chunks[2];
+    memcpy(e->dims + nd, e->dims + 2 * nd, nd * sizeof *e->dims);
+    e->nchunks = 2;
 }
 
 TEST(verify_reports_holes_and_load_reads_only_covered_boxes) {
