@@ -265,6 +265,7 @@ static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
 }
 
 static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
+    state_touch(st); /* blobs and values it loads change the state's structure (an async save's kept plan) */
     for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
     state_clear_unexpected(st);
     sck_ckpt *ck = NULL;

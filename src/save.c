@@ -113,7 +113,14 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     }
     copy_layout L;
     memset(&L, 0, sizeof L);
-    if (keep) save_copy_measure(st, keep->copy, copy_data, &L);
+    /* Nothing added to or loaded into the state since its copy: the same structure and layout. */
+    int unchanged = keep && keep->copy && keep->copy_stamp == st->stamp && keep->copy_data == copy_data;
+    if (unchanged) {
+        L = keep->copy_layout;
+        L.same = 1;
+    } else if (keep) {
+        save_copy_measure(st, keep->copy, copy_data, &L);
+    }
     uint8_t rec[REC1] = {0};
     if (rank == 0 && j->cm.dir) memcpy(rec, j->cm.id, COMMIT_ID_LEN);
     if (keep && keep->plan_ok && L.same && keep->rank == rank && keep->plan.nranks == comm->size) {
@@ -126,7 +133,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
      * this save. */
     if (keep && !local) {
         if (!L.same) keep->plan_ok = 0;
-        local = save_copy_state(st, &L, copy_data, copy_threads(comm_in_process(comm) ? comm->size : 1), &keep->snap, &keep->copy);
+        local = save_copy_state(st, &L, copy_data, copy_threads(comm_in_process(comm) ? comm->size : 1), unchanged, keep);
     }
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);

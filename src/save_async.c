@@ -39,6 +39,7 @@ void sck_async_free(sck_async *a) {
     }
     sck_comm_free(a->single);
     sck_state_free(a->keep.copy); /* before the snapshot it lives in */
+    free(a->keep.copy_ops);
     plan_free(&a->keep.plan);
     if (a->keep.snap.mem) munmap(a->keep.snap.mem, a->keep.snap.cap);
     ws_pool_free(&a->keep.stage);

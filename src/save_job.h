@@ -17,6 +17,7 @@
 #define SCK_SAVE_JOB_H
 
 #include "commit.h"
+#include "copy_par.h"
 #include "plan.h"
 #include "wstream.h"
 
@@ -35,6 +36,13 @@ typedef struct save_snapshot {
     size_t cap;
 } save_snapshot;
 
+/* Where a state copy goes in the snapshot (save_copy_measure), and whether the state has the
+ * structure of the copy before. */
+typedef struct copy_layout {
+    size_t entries, pieces, keys, blobs, total;
+    int same;
+} copy_layout;
+
 /* What an sck_async handle keeps from one save to the next.  A training loop saves the same
  * structure every time: when every rank's state matches its copy, the plan built last time is used
  * again, and neither the plans' exchange nor their checks are repeated. */
@@ -42,18 +50,18 @@ typedef struct save_keep {
     save_snapshot snap;
     ws_pool stage;            /* the data file's staging buffers, faulted in once */
     sck_state *copy;          /* the last save's state (flat, in snap); NULL after a failed copy */
+    uint64_t copy_stamp;      /* the stamp of the state copy was taken of (0: none); while the state
+                               * still has it, copy's structure, copy_layout and copy_ops hold: the
+                               * next save copies only the bytes (save_copy_state) */
+    copy_layout copy_layout;
+    int copy_data;
+    copy_op *copy_ops;        /* the tensor bytes' copies into snap (copy_data only) */
+    size_t copy_nops;
     save_plan plan;           /* built from the exchange of copy's structure ... */
     int plan_ok;
     int rank;                 /* ... for this rank ... */
     char exchange[16];        /* ... in the save whose commit id this is (the same on every rank) */
 } save_keep;
-
-/* Where a state copy goes in the snapshot (save_copy_measure), and whether the state has the
- * structure of the copy before. */
-typedef struct copy_layout {
-    size_t entries, pieces, keys, blobs, total;
-    int same;
-} copy_layout;
 
 #define SAVE_REC 4 /* uint64s per item record (save_job.recs) */
 
@@ -101,7 +109,10 @@ int save_fail_collectively(sck_comm *comm, int err);
  * copy_data, split over `threads` threads: copy_par.h), replacing *io (the copy before, freed). */
 int save_prepare_items(save_job *j, const sck_state *st);
 void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data, copy_layout *L);
-int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, save_snapshot *snap, sck_state **io);
+/* Copies st into keep->snap (keep->copy, made anew; keep->copy_ops) laid out as L, or, when
+ * `unchanged` (st still has keep->copy_stamp), only its tensor bytes into the copy there is.  Sets
+ * keep->copy_stamp.  Errors: SCK_ERR_NOMEM. */
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, int unchanged, save_keep *keep);
 int save_write_file(save_job *j);
 void save_free_items(save_job *j);
 

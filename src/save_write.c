@@ -78,15 +78,28 @@ void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data,
     L->same = same;
 }
 
-int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, save_snapshot *snap, sck_state **io) {
-    sck_state_free(*io); /* its structure is about to be overwritten */
-    *io = NULL;
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, int unchanged, save_keep *keep) {
+    save_snapshot *snap = &keep->snap;
+    /* L is the copy's layout, so the snapshot that holds the copy is large enough; checked anyway. */
+    if (unchanged && snap->cap >= L->total && keep->copy->e == (st_entry *)(void *)(snap->mem + L->entries)) {
+        /* Entries, pieces, keys, blobs and values are still what they were: blobs and values change
+         * only with a new stamp (sck_state_add_blob copies; a load replaces them). */
+        copy_parallel(keep->copy_ops, keep->copy_nops, threads);
+        return SCK_OK;
+    }
+    sck_state_free(keep->copy); /* its structure is about to be overwritten */
+    keep->copy = NULL;
+    keep->copy_stamp = 0;
+    free(keep->copy_ops);
+    keep->copy_ops = NULL;
+    keep->copy_nops = 0;
     int rc = snapshot_reserve(snap, L->total ? L->total : 1);
     sck_state *c = rc ? NULL : calloc(1, sizeof *c);
     if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
     if (rc) return rc;
-    /* The tensor bytes are copied after the structure, split over `threads` (copy_parallel); without
-     * memory for the list, each piece is copied where it comes. */
+    /* The tensor bytes are copied after the structure, split over `threads` (copy_parallel); the
+     * list of copies is kept for the next save of the same state.  Without memory for it, each piece
+     * is copied where it comes. */
     size_t npieces = 0, nops = 0;
     for (size_t i = 0; copy_data && i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
     copy_op *ops = npieces ? malloc(npieces * sizeof *ops) : NULL;
@@ -133,12 +146,18 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
             rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key);
     }
     if (!rc && ops) copy_parallel(ops, nops, threads);
-    free(ops);
     if (rc) {
+        free(ops);
         sck_state_free(c);
         return rc;
     }
-    *io = c;
+    keep->copy = c;
+    /* Without the list (out of memory) the next save copies everything again. */
+    keep->copy_stamp = ops || !npieces ? st->stamp : 0;
+    keep->copy_layout = *L;
+    keep->copy_data = copy_data;
+    keep->copy_ops = ops;
+    keep->copy_nops = nops;
     return SCK_OK;
 }
 

@@ -1,6 +1,7 @@
 /* state.c - building an sck_state: named tensor boxes, flat ranges, replicated tensors, blobs, values. */
 #include "state.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -10,7 +11,15 @@ static uint64_t hash_str(const char *s) {
     return h;
 }
 
-sck_state *sck_state_new(void) { return calloc(1, sizeof(sck_state)); }
+static _Atomic uint64_t last_stamp; /* thread ranks build their states at the same time */
+
+void state_touch(sck_state *st) { st->stamp = atomic_fetch_add(&last_stamp, 1) + 1; }
+
+sck_state *sck_state_new(void) {
+    sck_state *st = calloc(1, sizeof *st);
+    if (st) state_touch(st);
+    return st;
+}
 
 void state_clear_unexpected(sck_state *st) {
     for (size_t i = 0; i < st->nunexpected; i++) free(st->unexpected[i]);
@@ -90,6 +99,7 @@ static int new_entry(sck_state *st, const char *key, ent_kind kind, st_entry **o
     if ((st->n + 1) * 2 > st->nslots) {
         if (rehash(st, st->nslots ? st->nslots * 2 : 32)) return sck_err(SCK_ERR_NOMEM, "out of memory adding key '%s'", key);
     }
+    state_touch(st);
     st_entry *e = &st->e[st->n];
     memset(e, 0, sizeof *e);
     if (!(e->key = sck_strdup(key))) return sck_err(SCK_ERR_NOMEM, "out of memory adding key '%s'", key);
@@ -139,7 +149,8 @@ static int tensor_entry(sck_state *st, const char *key, sck_dtype dtype, int ndi
     return SCK_OK;
 }
 
-static int add_piece(st_entry *e, const sck_box *b, void *data) {
+static int add_piece(sck_state *st, st_entry *e, const sck_box *b, void *data) {
+    state_touch(st);
     if (e->npieces == e->cap) {
         size_t cap = e->cap ? e->cap * 2 : 2;
         st_piece *p = realloc(e->pieces, cap * sizeof *p);
@@ -169,7 +180,7 @@ int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
     if (!box_within(&b, shape)) return sck_err(SCK_ERR_INVALID_ARG, "%s: box lies outside the tensor's shape", key);
     if (!data && box_numel(&b) > 0) return sck_err(SCK_ERR_INVALID_ARG, "%s: NULL data for a non-empty box", key);
     if (box_empty(&b)) return SCK_OK; /* nothing to save or load; the key still exists */
-    return add_piece(e, &b, data);
+    return add_piece(st, e, &b, data);
 }
 
 int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
@@ -186,7 +197,7 @@ int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim
     size_t elem = sck_dtype_size(dtype);
     uint64_t done = 0;
     for (int i = 0; i < nb; i++) {
-        rc = add_piece(e, &boxes[i], (uint8_t *)data + done * elem);
+        rc = add_piece(st, e, &boxes[i], (uint8_t *)data + done * elem);
         if (rc) return rc;
         done += box_numel(&boxes[i]);
     }
@@ -203,7 +214,7 @@ int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, in
     for (int i = 0; i < ndim; i++) b.size[i] = shape[i];
     if (!data && box_numel(&b) > 0) return sck_err(SCK_ERR_INVALID_ARG, "%s: NULL data for a replicated tensor", key);
     if (box_empty(&b)) return SCK_OK;
-    return add_piece(e, &b, data);
+    return add_piece(st, e, &b, data);
 }
 
 int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n) {

@@ -39,9 +39,13 @@ struct sck_state {
     size_t nunexpected;
     int flat;            /* an async save's copy: entries, keys, pieces and blobs live in the handle's
                           * snapshot memory (only values are owned; no hash, state_find finds nothing) */
+    uint64_t stamp;      /* drawn anew (state_touch) whenever the structure may change: no two states,
+                          * and no two structures of one state, share a stamp; 0 for a flat copy */
 };
 
 st_entry *state_find(const sck_state *st, const char *key);
+/* Gives st a new stamp: called by everything that adds to a state or loads into it. */
+void state_touch(sck_state *st);
 /* 1 if a and b have the same ndim and the same boxes, piece for piece (data pointers aside). */
 int state_same_boxes(const st_entry *a, const st_entry *b);
 void state_clear_unexpected(sck_state *st);

@@ -305,3 +305,109 @@ TEST(async_failed_first_collective_after_a_change_does_not_keep_the_old_plan) {
     }
     for (int r = 0; r < R; r++) sck_async_free(L.h[r]);
 }
+
+/* One state object per rank, kept from save to save as a training loop keeps it.  Between saves one
+ * rank adds a key, a load fills blobs the other ranks had only requested, and a rank adds a box to a
+ * key it has: each save must write what a plain sck_save of the state writes then, not what the plan
+ * kept from before the change would (at step 3 rank 0 holds the blob and writes it; before, rank 1
+ * did; at step 5 the boxes overlap). */
+typedef struct kept {
+    sck_async *h[R];
+    sck_state *st[R];
+    const char *dir, *ref;
+    int step;
+    float a[ROWS * COLS], b[4];
+    int rc[R];
+} kept;
+
+static int kept_rank(sck_comm *c, void *arg) {
+    kept *K = arg;
+    int r = sck_comm_rank(c), rc = SCK_OK;
+    sck_state *st = K->st[r];
+    if (!st) {
+        st = K->st[r] = sck_state_new();
+        int64_t sh[2] = {ROWS, COLS}, off[2] = {4 * r, 0}, sz[2] = {4, COLS};
+        rc = st ? sck_state_add_box(st, "model.a", SCK_F32, 2, sh, off, sz, K->a + 4 * r * COLS) : SCK_ERR_NOMEM;
+        if (!rc) rc = sck_state_add_blob(st, "extra.blob", r == 1 ? "from rank 1" : NULL, r == 1 ? 11 : 0);
+        if (!rc) rc = sck_state_add_value(st, "extra.name", r == 0 ? sck_value_string("run 7") : NULL);
+    }
+    if (!rc && K->step == 2 && r == 2) {
+        int64_t sh[1] = {4}, off[1] = {0};
+        rc = sck_state_add_box(st, "model.b", SCK_F32, 1, sh, off, sh, K->b);
+    }
+    if (!rc && K->step == 5 && r == 2) {
+        int64_t sh[1] = {4}, off[1] = {0}, sz[1] = {2};
+        rc = sck_state_add_box(st, "model.b", SCK_F32, 1, sh, off, sz, K->b);
+    }
+    if (K->step == 3) rc = sck_comm_agree(c, rc ? rc : sck_load(c, K->ref, st, NULL));
+    sck_save_opts so = {SCK_SAVE_NO_FSYNC, 0, {0}};
+    if (!rc) rc = sck_save_async(K->h[r], c, K->dir, st, &so);
+    if (!rc) rc = sck_wait(K->h[r]);
+    K->rc[r] = rc; /* the async save's own outcome */
+    if (!rc) rc = sck_save(c, K->ref, st, &so);
+    return rc;
+}
+
+TEST(async_reuse_of_one_state_object_notices_keys_added_and_blobs_loaded) {
+    kept K;
+    memset(&K, 0, sizeof K);
+    char dir[4096], ref[4096], m1[4200], m2[4200];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    snprintf(ref, sizeof ref, "%s/ref", th_tmpdir());
+    snprintf(m1, sizeof m1, "%s/.metadata", dir);
+    snprintf(m2, sizeof m2, "%s/.metadata", ref);
+    K.dir = dir, K.ref = ref;
+    for (int r = 0; r < R; r++) REQUIRE(K.h[r] = sck_async_new());
+    /* steps: 0 first save, 1 unchanged, 2 rank 2 adds "model.b", 3 a load fills ranks 0 and 2's
+     * blobs, 4 unchanged, 5 rank 2 adds a second box of "model.b" over the first */
+    for (K.step = 0; K.step < 6; K.step++) {
+        if (K.step != 3) { /* step 3's load brings step 2's data back */
+            th_fill(K.a, sizeof K.a, 700 + (uint64_t)K.step);
+            th_fill(K.b, sizeof K.b, 800 + (uint64_t)K.step);
+        }
+        int rc = sck_threads_run(R, kept_rank, &K);
+        if (K.step == 5) {
+            CHECK(rc == SCK_ERR_COVERAGE);
+            for (int r = 0; r < R; r++) CHECK(K.rc[r] == SCK_ERR_COVERAGE);
+            CHECK(strstr(sck_last_error(), "'model.b': shards overlap") != NULL);
+            break;
+        }
+        REQUIRE_OK(rc);
+        CHECK(file_equal(m1, m2));
+        float a[ROWS * COLS], b[4];
+        int64_t sh[2] = {ROWS, COLS}, z[2] = {0, 0}, bs[1] = {4}, bz[1] = {0};
+        sck_state *st = sck_state_new();
+        sck_state_add_box(st, "model.a", SCK_F32, 2, sh, z, sh, a);
+        sck_state_add_blob(st, "extra.blob", NULL, 0);
+        sck_state_add_value(st, "extra.name", NULL);
+        if (K.step >= 2) sck_state_add_box(st, "model.b", SCK_F32, 1, bs, bz, bs, b);
+        CHECK_OK(sck_load(NULL, dir, st, NULL));
+        CHECK(!memcmp(a, K.a, sizeof a));
+        CHECK(K.step < 2 || !memcmp(b, K.b, sizeof b));
+        const void *blob;
+        size_t n;
+        CHECK(sck_state_blob(st, "extra.blob", &blob, &n) == SCK_OK && n == 11 && !memcmp(blob, "from rank 1", 11));
+        const sck_value *v = sck_state_value(st, "extra.name");
+        const char *name = v ? sck_value_get_string(v, &n) : NULL;
+        CHECK(name && n == 5 && !memcmp(name, "run 7", 5));
+        sck_state_free(st);
+        for (int r = 0; r < R; r++) {
+            const void *mine;
+            int held = sck_state_blob(K.st[r], "extra.blob", &mine, &n) == SCK_OK;
+            CHECK(K.step < 3 && r != 1 ? !held : held && n == 11 && !memcmp(mine, "from rank 1", 11));
+        }
+    }
+    /* The kept plans named rank 1 as the blob's writer until step 3; now rank 0 has it. */
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    sck_entry_info info;
+    long i = sck_ckpt_find(ck, "extra.blob");
+    REQUIRE(i >= 0);
+    CHECK_OK(sck_ckpt_entry(ck, (size_t)i, &info));
+    CHECK(strstr(info.file, "__0_0.distcp") != NULL);
+    sck_ckpt_close(ck);
+    for (int r = 0; r < R; r++) {
+        sck_async_free(K.h[r]);
+        sck_state_free(K.st[r]);
+    }
+}
