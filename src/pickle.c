@@ -1297,6 +1297,11 @@ static void w_get(pk_writer *w, uint32_t idx);
 void pk_cstr_memo(pk_writer *w, const char *s) {
     if (w->err) return;
     if (!s) { w_invalid(w, "NULL string"); return; }
+    size_t slot = (size_t)((((uint64_t)(uintptr_t)s * 0x9E3779B97F4A7C15ull) >> 32) % PK_PTRS);
+    if (w->sptr[slot] == s) {
+        w_get(w, w->sptr_idx[slot]);
+        return;
+    }
     size_t n = strlen(s);
     if (2 * (w->smemo_n + 1) > w->smemo_cap && !smemo_grow(w)) {
         w->err = sck_err(SCK_ERR_NOMEM, "pickle writer: out of memory");
@@ -1305,6 +1310,8 @@ void pk_cstr_memo(pk_writer *w, const char *s) {
     size_t j = (size_t)str_hash(s, n) & (w->smemo_cap - 1);
     for (; w->smemo_key[j]; j = (j + 1) & (w->smemo_cap - 1))
         if (!strcmp(w->smemo_key[j], s)) {
+            w->sptr[slot] = s;
+            w->sptr_idx[slot] = w->smemo_idx[j];
             w_get(w, w->smemo_idx[j]);
             return;
         }
@@ -1313,6 +1320,8 @@ void pk_cstr_memo(pk_writer *w, const char *s) {
     uint32_t idx = w->next_memo++;
     w->smemo_key[j] = s;
     w->smemo_idx[j] = idx;
+    w->sptr[slot] = s;
+    w->sptr_idx[slot] = idx;
     w->smemo_n++;
     if (w->proto >= 4) w_op(w, OP_MEMOIZE);
     else if (idx < 256) w_op_le(w, OP_BINPUT, idx, 1);

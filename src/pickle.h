@@ -88,6 +88,7 @@ const char *pk_kind_name(pk_kind k);
 
 /* ---- writer ---- */
 #define PK_HOT 8
+#define PK_PTRS 64
 typedef struct pk_writer {
     sck_buf *out;
     int proto;          /* 2 or 4 */
@@ -106,6 +107,10 @@ typedef struct pk_writer {
     const char **smemo_key;
     uint32_t *smemo_idx;
     size_t smemo_n, smemo_cap;
+    /* the same by the strings' addresses, direct-mapped: a large .metadata names each attribute, key
+     * and file again for every chunk, through the same pointers (no strlen, hash or compare then) */
+    const char *sptr[PK_PTRS];
+    uint32_t sptr_idx[PK_PTRS];
     int err;            /* sticky: first error (SCK_ERR_NOMEM) */
 } pk_writer;
 
@@ -121,7 +126,8 @@ void pk_float(pk_writer *w, double v);         /* BINFLOAT */
 void pk_str(pk_writer *w, const char *s, size_t n);
 void pk_cstr(pk_writer *w, const char *s);
 /* pk_cstr, memoized as CPython memoizes every str it pickles: a string emitted before becomes a memo
- * reference (2 or 5 bytes).  s must stay valid until pk_finish (model keys, file names, literals). */
+ * reference (2 or 5 bytes).  s must stay valid and unchanged until pk_finish (model keys, file names,
+ * literals). */
 void pk_cstr_memo(pk_writer *w, const char *s);
 void pk_bytes(pk_writer *w, const void *p, size_t n); /* SHORT_BINBYTES / BINBYTES / BINBYTES8 (needs proto >= 3 semantics; emitted regardless of PROTO) */
 void pk_mark(pk_writer *w);

@@ -1480,3 +1480,41 @@ TEST(writer_strings_memoized_by_content) {
         sck_buf_free(&b);
     }
 }
+
+/* pk_cstr_memo's cache by address (64 slots) in front of the memo by content: strings at many
+ * addresses, the same contents at two addresses each, in an order that makes slots collide. */
+TEST(writer_string_memo_by_address_survives_collisions) {
+    sck_buf b;
+    sck_buf_init(&b);
+    pk_writer w;
+    pk_begin(&w, &b, 4);
+    static char keys[600][16]; /* 300 contents, each at two addresses */
+    for (int i = 0; i < 600; i++) snprintf(keys[i], sizeof keys[i], "k%d", i % 300);
+    enum { N = 20000 };
+    static int pick[N];
+    uint64_t x = 0x243F6A8885A308D3ull;
+    pk_empty_list(&w);
+    for (int i = 0; i < N; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+        pick[i] = (int)(x % 600);
+        if (i % 1000 == 0) pk_mark(&w);
+        pk_cstr_memo(&w, keys[pick[i]]);
+        if (i % 1000 == 999) pk_appends(&w);
+    }
+    CHECK(w.next_memo == 300); /* each content written once */
+    REQUIRE_OK(pk_finish(&w));
+    pk_arena *a;
+    pk_obj *r;
+    REQUIRE_OK(parse(b.data, b.len, &a, &r));
+    REQUIRE(is_seq(r, PK_LIST, N));
+    const pk_obj *first[300] = {NULL};
+    for (int i = 0; i < N; i++) {
+        const pk_obj *o = at(r, (size_t)i);
+        CHECK(is_str(o, keys[pick[i]]));
+        int c = pick[i] % 300;
+        if (!first[c]) first[c] = o;
+        CHECK(o == first[c]); /* a memo reference to the one node */
+    }
+    pk_arena_free(a);
+    sck_buf_free(&b);
+}
