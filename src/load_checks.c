@@ -348,9 +348,43 @@ static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
     ck->ncombs = ncb;
 }
 
+/* Whether the ranks read disjoint sets of files, as in a load with the split of the save (rank r reads
+ * file r): then no item has two readers, every rank checks what it reads, and the lists need not be
+ * made or sent.  One comm_agree_gather of a bitmap of the files this rank reads; every rank decides
+ * from the same bytes.  Returns the agreed status: local, a communicator error, or SCK_ERR_FORMAT for
+ * a malformed bitmap. */
+static int files_disjoint(sck_comm *comm, const sck_ckpt *ck, const ck_reads *r, int local, int *disjoint) {
+    size_t nb = (ck->m.nfiles + 7) / 8;
+    uint8_t *mine = calloc(nb ? nb : 1, 1), *seen = calloc(nb ? nb : 1, 1);
+    size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+    if ((!mine || !seen || !counts) && !local) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
+    for (size_t j = 0; mine && !local && j < r->m; j++) mine[r->op[j].file / 8] |= (uint8_t)(1u << (r->op[j].file % 8));
+    void *all = NULL;
+    int rc = counts ? comm_agree_gather(comm, local, mine, nb, &all, counts) : comm_agree(comm, local);
+    *disjoint = 1;
+    const uint8_t *p = all;
+    for (int i = 0; !rc && i < comm->size; p += counts[i], i++) {
+        if (counts[i] != nb || (nb && (p[nb - 1] >> (ck->m.nfiles - 8 * (nb - 1))) != 0)) {
+            rc = sck_err(SCK_ERR_FORMAT, "%s: rank %d's list of the files it reads is malformed", ck->dir, i);
+            break;
+        }
+        for (size_t k = 0; k < nb; k++) {
+            if (seen[k] & p[k]) *disjoint = 0;
+            seen[k] |= p[k];
+        }
+    }
+    free(all);
+    free(counts);
+    free(mine);
+    free(seen);
+    return rc;
+}
+
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
+    int disjoint = 0, agreed = files_disjoint(comm, ck, r, local, &disjoint);
+    if (agreed || disjoint) return agreed;
     size_t wlen = 0;
     uint8_t *wire = NULL;
     if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen);

@@ -39,13 +39,15 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
 #define LC_NEAR_TIE 8
 int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t item, uint64_t nitems);
 
-/* Collective (one comm_agree_gather when size > 1 and the checkpoint records checksums): exchanges
- * every rank's lc_needs and marks in ck->peer_checks the items another rank checks (1) or that are
- * checked by combining CRCs (2; this rank's segments and gaps in ck->combs).  A rank loading
+/* Collective (when size > 1 and the checkpoint records checksums: one comm_agree_gather of a bitmap of
+ * the files each rank reads; where two ranks read one file, a second one): exchanges every rank's
+ * lc_needs and marks in ck->peer_checks the items another rank checks (1) or that are checked by
+ * combining CRCs (2; this rank's segments and gaps in ck->combs).  Ranks that read disjoint files
+ * share no item: each checks what it reads (peer_checks stays NULL) and no lists are made.  A rank loading
  * with verification off (ck->verify 0) needs nothing checked and owns nothing.  w, r: as for lc_needs
  * (a load that will fail its checks plans no reads and sends an empty list).  local: a failure of
  * this rank's planning (SCK_ERR_NOMEM), with which it takes part.  Returns the agreed status:
- * SCK_ERR_NOMEM or a communicator error from any rank. */
+ * SCK_ERR_NOMEM or a communicator error from any rank, SCK_ERR_FORMAT for a malformed list. */
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local);
 
 /* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has

@@ -32,7 +32,10 @@ typedef struct job {
     char msgs[8][512];
     int bad[8];               /* elements that differ from the global tensors */
     uint64_t rchar[8];        /* bytes each rank's thread read during sck_load */
-    int garble_rank;          /* rank+1 whose contributions to allgathers with a payload end in a cut varint */
+    int garble_rank;          /* rank+1 whose allgather contributions longer than garble_min bytes end in a cut varint */
+    size_t garble_min;
+    int count_gathers;        /* load through the garbling communicator (off) to fill most[] */
+    size_t most[8];           /* per rank: its longest allgather contribution during sck_load */
 } job;
 
 /* The kernel's count of bytes this thread (self = 0) or process (self = 1) has read, less the bytes of
@@ -63,15 +66,19 @@ static int save_rank(sck_comm *c, void *arg) {
 }
 
 /* A communicator passing everything to `inner`, except that a garbling rank's allgather contributions
- * longer than the 8-byte status record (the lists of items each rank reads, src/load_checks.c) reach
- * the others with the high bit of their last byte set: a varint cut short. */
+ * longer than `min` bytes (8: the status record; the lists of files and items each rank reads follow
+ * it, src/load_checks.c) reach the others with the high bit of their last byte set: a varint cut
+ * short, or a file the checkpoint does not have. */
 typedef struct garble {
     sck_comm *inner;
     int on;
+    size_t min;
+    size_t *most;           /* if not NULL: the longest contribution of this rank so far */
 } garble;
 static int gb_allgatherv(void *ctx, const void *send, size_t n, void **recv, size_t *counts) {
     garble *gb = ctx;
-    if (!gb->on || n <= 8) return gb->inner->ops->allgatherv(gb->inner->ctx, send, n, recv, counts);
+    if (gb->most && n > *gb->most) *gb->most = n;
+    if (!gb->on || n <= gb->min) return gb->inner->ops->allgatherv(gb->inner->ctx, send, n, recv, counts);
     unsigned char *copy = malloc(n);
     if (!copy) return SCK_ERR_NOMEM;
     memcpy(copy, send, n);
@@ -106,8 +113,9 @@ static int load_rank(sck_comm *c, void *arg) {
     if (!rc && g->absent) rc = sck_state_add_replicated(st, "absent", SCK_F32, 1, as, dummy);
     sck_load_opts lo = {g->flags[r], {0}};
     uint64_t extra = 0, before = rchar(0, &extra);
-    garble gb = {c, g->garble_rank == r + 1};
-    sck_comm *gc = g->garble_rank ? sck_comm_create(&garble_ops, &gb, r, n) : NULL;
+    g->most[r] = 0;
+    garble gb = {c, g->garble_rank == r + 1, g->garble_min, &g->most[r]};
+    sck_comm *gc = g->garble_rank || g->count_gathers ? sck_comm_create(&garble_ops, &gb, r, n) : NULL;
     if (!rc) rc = sck_load(gc ? gc : c, g->dir, st, &lo);
     sck_comm_free(gc);
     uint64_t ignore;
@@ -542,8 +550,10 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
     teardown(&g);
 }
 
-/* A rank's list of the items it reads arriving malformed (never from this code) fails the load on
- * every rank with a format error, rather than leaving some of them counting on checks nobody makes. */
+/* A rank's list of the files or the items it reads arriving malformed (never from this code) fails
+ * the load on every rank with a format error, rather than leaving some of them counting on checks
+ * nobody makes.  The files' list (one byte for 2 files) comes first; the items' lists follow when two
+ * ranks read one file (3 ranks load the 2 ranks' rows). */
 TEST(load_checks_malformed_list_fails_the_load_everywhere) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -552,8 +562,15 @@ TEST(load_checks_malformed_list_fails_the_load_everywhere) {
     REQUIRE(setup(&g, dir, &L) == 0);
     for (int bad = 1; bad <= 2; bad++) {
         g.garble_rank = bad;
+        g.garble_min = 8;
         load_with(&g, 2);
         for (int r = 0; r < 2; r++) {
+            CHECK(g.rcs[r] == SCK_ERR_FORMAT);
+            CHECK(strstr(g.msgs[r], "list of the files it reads is malformed") != NULL);
+        }
+        g.garble_min = 9;
+        load_with(&g, 3);
+        for (int r = 0; r < 3; r++) {
             CHECK(g.rcs[r] == SCK_ERR_FORMAT);
             CHECK(strstr(g.msgs[r], "list of the items it reads is malformed") != NULL);
         }
@@ -561,5 +578,32 @@ TEST(load_checks_malformed_list_fails_the_load_everywhere) {
     g.garble_rank = 0;
     load_with(&g, 2);
     expect_all_ok(&g, 2);
+    teardown(&g);
+}
+
+/* Ranks that read disjoint files (the split of the save: rank r reads file r) share no item: each
+ * checks what it reads, and no lists of items are made or exchanged (only the 8-byte status and a
+ * bitmap of the files each reads; the items' lists are longer).  A flipped byte in either file still
+ * fails every rank.  With a row split across the files (3 ranks) the lists are exchanged again. */
+TEST(load_checks_ranks_reading_disjoint_files_exchange_no_lists) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.count_gathers = 1;
+    g.with_v = 1;
+    load_with(&g, 2);
+    expect_all_ok(&g, 2);
+    for (int r = 0; r < 2; r++) CHECK(g.most[r] == 9);
+    for (int b = 0; b < 2; b++) {
+        REQUIRE(fx_flip(dir, L.file[b], L.payload[b] + 500 * ROW + 4, 0x10) == 0);
+        load_with(&g, 2);
+        expect_all_checksum(&g, 2, L.file[b]);
+        REQUIRE(fx_flip(dir, L.file[b], L.payload[b] + 500 * ROW + 4, 0x10) == 0);
+    }
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    for (int r = 0; r < 3; r++) CHECK(g.most[r] > 9);
     teardown(&g);
 }
