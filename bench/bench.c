@@ -326,20 +326,22 @@ static void size_name(char *buf, size_t cap, uint64_t b) {
 typedef struct meas {
     double sck, raw, rawd;
     uint64_t rss;      /* shardckpt's peak RSS above what the process held before the call */
+    double files;      /* same-layout load: the same threads reading the checkpoint's data files whole */
 } meas;
 
 static double best(double a, double b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
 
 /* One table line.  target: the ratio the issue asks for (0: none). */
 static void line(const char *op, const layout *L, const char *ranks, const meas *m, double target, double torch_s) {
-    char sz[32], tgt[32] = "", tor[48] = "n/a | n/a", rd[16] = "n/a";
+    char sz[32], tgt[32] = "", tor[48] = "n/a | n/a", rd[16] = "n/a", fl[16] = "n/a";
     size_name(sz, sizeof sz, L->bytes);
     double ratio = m->sck > 0 && m->raw > 0 ? m->raw / m->sck : 0;
     if (target > 0) snprintf(tgt, sizeof tgt, "%s %.2g", ratio >= target ? "ok" : "BELOW", target);
     if (torch_s > 0) snprintf(tor, sizeof tor, "%.3f | %.1fx", gbs(L->bytes, torch_s), torch_s / m->sck);
     if (m->rawd > 0) snprintf(rd, sizeof rd, "%.3f", gbs(L->bytes, m->rawd));
-    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %s | %6.0f |\n", op, L->name, sz, ranks,
-        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, tor, (double)m->rss / (1 << 20));
+    if (m->files > 0) snprintf(fl, sizeof fl, "%.3f", gbs(L->bytes, m->files));
+    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %-5s | %s | %6.0f |\n", op, L->name, sz, ranks,
+        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, fl, tor, (double)m->rss / (1 << 20));
 }
 
 /* Rank count of the resharded load: changes the split so boundaries fall inside saved chunks. */
@@ -381,7 +383,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     snprintf(raw, sizeof raw, "%s/raw", c->dir);
     snprintf(rawd, sizeof rawd, "%s/raw_direct", c->dir);
     int R2 = reshard_ranks(R), dio = raw_direct_ok(L, R), cols = L->ntensors <= 16 && R > 1;
-    meas w = {-1, -1, -1, 0}, l = w, rs = w, co = w, wd = w, as = w, ld = w;
+    meas w = {-1, -1, -1, 0, -1}, l = w, rs = w, co = w, wd = w, as = w, ld = w;
     int rc = 0;
     /* Repeats alternate which side goes first, so neither always inherits the other's writeback. */
     for (int rep = 0; rep < c->repeat && !rc; rep++) {
@@ -395,6 +397,15 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
             else rc = sck_phase(L, src, dst, R, ck, OP_LOAD_ROWS, &l);
         }
         if (!rc && dio) rc = raw_phase(L, dst, R, R, rawd, 1, 1, &l.rawd);
+        if (!rc) { /* the checkpoint's own files, read as plainly as the raw baseline reads its own */
+            drop_caches();
+            double t = raw_read_ckpt_files(L, R, ck);
+            if (t < 0) {
+                fprintf(stderr, "bench: reading the checkpoint's files with %d streams failed\n", R);
+                rc = -1;
+            }
+            l.files = best(l.files, t);
+        }
         if (!rc) rc = raw_phase(L, dst, R, R2, raw, 2, 0, &rs.raw);
         if (!rc) rc = sck_phase(L, src, dst, R2, ck, OP_LOAD_ROWS, &rs);
         if (!rc && cols) rc = raw_phase(L, dst, R, R, raw, 2, 0, &co.raw);
@@ -447,9 +458,9 @@ int main(int argc, char **argv) {
     uname(&u);
     out("\nshardckpt bench: %s %s, page cache %s between phases, fsync on both sides, best of %d, ranks = threads\n\n",
         u.sysname, u.release, c.dropped ? "dropped" : "NOT dropped (not root): reads are warm", c.repeat);
-    out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | torch GB/s | shardckpt vs torch | "
-        "peak RSS +MiB |\n");
-    out("|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | ckpt files GB/s | torch GB/s | "
+        "shardckpt vs torch | peak RSS +MiB |\n");
+    out("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failed = 0;
     for (int s = 0; s < c.nsizes; s++) {
         for (int big = 1; big >= 0; big--) {

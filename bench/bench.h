@@ -46,5 +46,8 @@ int raw_direct_ok(const layout *L, int nstreams);
 /* The files written by raw_write with `nfiles` streams, read as one byte range split evenly over
  * `nstreams` threads (the baseline for a resharded load with a different rank count). */
 double raw_read_split(const layout *L, uint8_t *mem, int nfiles, int nstreams, const char *dir);
+/* nstreams threads each read the data file shardckpt's rank r wrote into ckdir (__r_0.distcp) whole,
+ * into a buffer of their own: how long reading the checkpoint's own bytes takes, format included. */
+double raw_read_ckpt_files(const layout *L, int nstreams, const char *ckdir);
 
 #endif

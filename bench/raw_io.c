@@ -17,7 +17,7 @@ typedef struct stream {
     int r, n;             /* this stream and how many */
     int nfiles;           /* raw_read_split: files written by raw_write */
     const char *dir;
-    int mode;             /* 0 write, 1 read same, 2 read split */
+    int mode;             /* 0 write, 1 read same, 2 read split, 3 read a checkpoint's data files */
     int direct;           /* O_DIRECT (block-aligned layouts only) */
     int failed;
 } stream;
@@ -87,9 +87,26 @@ static int do_split(stream *s) {
     return 0;
 }
 
+#define FILE_CHUNK (8u << 20)
+
+/* Stream r reads dir/__r_0.distcp, the data file shardckpt's rank r wrote, whole, 8 MiB at a time. */
+static int do_ckpt_file(stream *s) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/__%d_0.distcp", s->dir, s->r);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    uint8_t *buf = malloc(FILE_CHUNK);
+    struct stat sb;
+    int rc = fd >= 0 && buf && fstat(fd, &sb) == 0 ? 0 : -1;
+    for (uint64_t off = 0, size = rc ? 0 : (uint64_t)sb.st_size; !rc && off < size; off += FILE_CHUNK)
+        rc = io_full(fd, buf, size - off < FILE_CHUNK ? size - off : FILE_CHUNK, off, 0);
+    if (fd >= 0) close(fd);
+    free(buf);
+    return rc;
+}
+
 static void *stream_main(void *arg) {
     stream *s = arg;
-    s->failed = (s->mode == 2 ? do_split(s) : do_same(s)) != 0;
+    s->failed = (s->mode == 3 ? do_ckpt_file(s) : s->mode == 2 ? do_split(s) : do_same(s)) != 0;
     return NULL;
 }
 
@@ -146,4 +163,8 @@ double raw_read_same(const layout *L, uint8_t *mem, int nstreams, const char *di
 
 double raw_read_split(const layout *L, uint8_t *mem, int nfiles, int nstreams, const char *dir) {
     return run_streams(L, mem, nstreams, nfiles, dir, 2, 0);
+}
+
+double raw_read_ckpt_files(const layout *L, int nstreams, const char *ckdir) {
+    return run_streams(L, NULL, nstreams, nstreams, ckdir, 3, 0);
 }
