@@ -205,6 +205,15 @@ static void expect_all_checksum(const job *g, int n, const char *file) {
     }
 }
 
+/* A flipped bit at file offset `at` of `file` fails the load on all n ranks with a checksum error
+ * naming the file; the bit is flipped back after. */
+static void flip_fails_all(job *g, const char *file, uint64_t at, int bit, int n) {
+    REQUIRE(fx_flip(g->dir, file, at, bit) == 0);
+    load_with(g, n);
+    expect_all_checksum(g, n, file);
+    REQUIRE(fx_flip(g->dir, file, at, bit) == 0);
+}
+
 /* The owner of an item is the rank needing most of it; ties go to the tied ranks by contiguous ranges
  * of item numbers; every rank names the same one from the same lists. */
 TEST(load_checks_owner_most_bytes_ties_spread) {
@@ -284,16 +293,10 @@ TEST(load_checks_flip_seen_only_by_non_owner_fails_all_ranks) {
     REQUIRE(setup(&g, dir, &L) == 0);
     uint64_t at[] = {L.payload[0] + 700 * ROW + 8, L.payload[0] + 959 * ROW + ROW - 1, L.item[0] + L.len[0] - 30};
     for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
-        REQUIRE(fx_flip(dir, L.file[0], at[k], 0x20) == 0);
-        load_with(&g, 3);
-        expect_all_checksum(&g, 3, L.file[0]);
-        REQUIRE(fx_flip(dir, L.file[0], at[k], 0x20) == 0);
+        flip_fails_all(&g, L.file[0], at[k], 0x20, 3);
     }
     /* The same in item 1, whose owner is rank 2. */
-    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 100 * ROW, 0x01) == 0);
-    load_with(&g, 3);
-    expect_all_checksum(&g, 3, L.file[1]);
-    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 100 * ROW, 0x01) == 0);
+    flip_fails_all(&g, L.file[1], L.payload[1] + 100 * ROW, 0x01, 3);
     load_with(&g, 3);
     expect_all_ok(&g, 3);
     teardown(&g);
@@ -314,10 +317,7 @@ TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
         expect_all_ok(&g, n);
         for (int b = 0; b < 2; b++) {
             uint64_t at = L.payload[b] + 500 * ROW + 10 * 4;
-            REQUIRE(fx_flip(dir, L.file[b], at, 0x80) == 0);
-            load_with(&g, n);
-            expect_all_checksum(&g, n, L.file[b]);
-            REQUIRE(fx_flip(dir, L.file[b], at, 0x80) == 0);
+            flip_fails_all(&g, L.file[b], at, 0x80, n);
         }
     }
     teardown(&g);
@@ -391,10 +391,7 @@ TEST(load_checks_combined_flip_in_owner_gap_fails_all_ranks) {
         uint64_t at[] = {L.payload[0] + 50 * ROW + 4, L.payload[0] + 900 * ROW, L.payload[1] + 959 * ROW + 17, L.item[1] + 40};
         for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
             int b = k >= 2;
-            REQUIRE(fx_flip(dir, L.file[b], at[k], 0x10) == 0);
-            load_with(&g, 3);
-            expect_all_checksum(&g, 3, L.file[b]);
-            REQUIRE(fx_flip(dir, L.file[b], at[k], 0x10) == 0);
+            flip_fails_all(&g, L.file[b], at[k], 0x10, 3);
         }
     }
     teardown(&g);
@@ -415,10 +412,7 @@ TEST(load_checks_combined_replicated_readers) {
     CHECK(total <= 3 * (L.len[0] + L.len[1]) + 12 * (uint64_t)HEAD);
     for (int b = 0; b < 2; b++) {
         uint64_t at = L.payload[b] + 333 * ROW + 2;
-        REQUIRE(fx_flip(dir, L.file[b], at, 0x08) == 0);
-        load_with(&g, 3);
-        expect_all_checksum(&g, 3, L.file[b]);
-        REQUIRE(fx_flip(dir, L.file[b], at, 0x08) == 0);
+        flip_fails_all(&g, L.file[b], at, 0x08, 3);
     }
     teardown(&g);
 }
@@ -597,10 +591,7 @@ TEST(load_checks_ranks_reading_disjoint_files_exchange_no_lists) {
     expect_all_ok(&g, 2);
     for (int r = 0; r < 2; r++) CHECK(g.most[r] == 9);
     for (int b = 0; b < 2; b++) {
-        REQUIRE(fx_flip(dir, L.file[b], L.payload[b] + 500 * ROW + 4, 0x10) == 0);
-        load_with(&g, 2);
-        expect_all_checksum(&g, 2, L.file[b]);
-        REQUIRE(fx_flip(dir, L.file[b], L.payload[b] + 500 * ROW + 4, 0x10) == 0);
+        flip_fails_all(&g, L.file[b], L.payload[b] + 500 * ROW + 4, 0x10, 2);
     }
     load_with(&g, 3);
     expect_all_ok(&g, 3);
