@@ -1254,8 +1254,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
         return 1;
     }
     sck_box ov, cbox;
-    ck_chunk_box(e, ci, &cbox);
-    box_intersect(&cbox, x->box, &ov);
+    ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     int64_t sb[SCK_MAX_DIMS];
     box_runs(&cbox, res_strides(ck, &cbox, r, sb), x->box, &ov, elem, collect_run, &l);
@@ -1406,8 +1405,7 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
         }
         const ck_want *x = &w[op[j].k];
         sck_box ov, cbox;
-        ck_chunk_box(&ck->m.e[x->ei], op[j].ci, &cbox);
-        box_intersect(&cbox, x->box, &ov);
+        ck_chunk_intersect(&ck->m.e[x->ei], op[j].ci, x->box, &cbox, &ov);
         rc = read_overlap(ck, x->ei, op[j].ci, &cbox, x->box, &ov, x->dst);
         j++;
     }

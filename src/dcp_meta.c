@@ -79,6 +79,11 @@ void ck_chunk_box(const ck_entry *e, size_t c, sck_box *out) {
     for (int d = 0; d < e->ndim; d++) out->off[d] = o[d], out->size[d] = s[d];
 }
 
+int ck_chunk_intersect(const ck_entry *e, size_t c, const sck_box *want, sck_box *cbox, sck_box *ov) {
+    ck_chunk_box(e, c, cbox);
+    return box_intersect(cbox, want, ov);
+}
+
 uint64_t ck_chunk_numel(const ck_entry *e, size_t c) {
     if (!e->ndim) return 1;
     const int64_t *s = ck_chunk_size(e, c);
@@ -128,8 +133,7 @@ int ck_ov_next(ck_ov_it *it, size_t *ci, sck_box *ov) {
         size_t c = it->from + it->k++;
         if (c >= it->e->nchunks) c -= it->e->nchunks;
         sck_box cb;
-        ck_chunk_box(it->e, c, &cb);
-        if (!box_intersect(&cb, it->want, ov)) continue;
+        if (!ck_chunk_intersect(it->e, c, it->want, &cb, ov)) continue;
         uint64_t n = box_numel(ov);
         it->left = n < it->left ? it->left - n : 0;
         *ci = c;

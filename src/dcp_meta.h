@@ -69,6 +69,9 @@ static inline const int64_t *ck_chunk_size(const ck_entry *e, size_t c) {
 }
 /* Chunk c's place in the global tensor as a box (ndim e->ndim). */
 void ck_chunk_box(const ck_entry *e, size_t c, sck_box *out);
+/* Chunk c's box in *cbox (as ck_chunk_box), and 1 with its overlap with `want` in *ov, or 0 when they
+ * do not meet (box_intersect). */
+int ck_chunk_intersect(const ck_entry *e, size_t c, const sck_box *want, sck_box *cbox, sck_box *ov);
 /* Elements of chunk c (1 for ndim 0). */
 uint64_t ck_chunk_numel(const ck_entry *e, size_t c);
 /* Index of file name (added if new).  Errors: SCK_ERR_NOMEM. */

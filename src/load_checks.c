@@ -81,8 +81,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
             const ck_want *x = &w[o->k];
             sck_box ov, cbox;
             if (rec[e].whole) nr = LC_RANGES + 1;
-            else if ((ck_chunk_box(&ck->m.e[x->ei], o->ci, &cbox), box_intersect(&cbox, x->box, &ov)))
-                add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
+            else if (ck_chunk_intersect(&ck->m.e[x->ei], o->ci, x->box, &cbox, &ov)) add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
         }
         uint8_t rec_buf[30 + 20 * LC_RANGES], *q = rec_buf;
         uint64_t m = nr <= LC_RANGES ? nr : 0;
