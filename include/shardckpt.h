@@ -296,10 +296,11 @@ typedef struct sck_save_opts {
     /** Bit set of SCK_SAVE_* flags. */
     unsigned flags;
     /** Size in MiB of each of the two staging buffers a rank's writer uses
-     *  (0: 64).  Headers and tensor pieces under 256 KiB are copied into
-     *  them (with SCK_SAVE_DIRECT_IO, unaligned data too); larger pieces are
-     *  written straight from the caller's buffers.  This bounds the extra
-     *  memory of sck_save to about 2 x staging_mib per rank. */
+     *  (0: 64).  Headers are copied into them; tensor data is written
+     *  straight from the caller's buffers, except pieces under 1 KiB and,
+     *  with SCK_SAVE_DIRECT_IO, pieces under 256 KiB and unaligned data,
+     *  which are copied too.  This bounds the extra memory of sck_save to
+     *  about 2 x staging_mib per rank. */
     unsigned staging_mib;
     /** Reserved, must be 0. */
     unsigned reserved[6];

@@ -102,6 +102,25 @@ int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *
     return SCK_OK;
 }
 
+int io_pwritev_full(int fd, struct iovec *iov, int niov, uint64_t off, const char *path) {
+    uint64_t n = 0;
+    for (int i = 0; i < niov; i++) n += iov[i].iov_len;
+    if (hooked(IO_PWRITE, path)) return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %llu bytes at offset %llu failed", path, (unsigned long long)n, (unsigned long long)off);
+    while (niov > 0) {
+        ssize_t w = pwritev(fd, iov, niov, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            int e = w < 0 ? errno : ENOSPC;
+            return sck_err_errno(SCK_ERR_IO, e, "%s: write of %llu bytes at offset %llu failed", path, (unsigned long long)n, (unsigned long long)off);
+        }
+        off += (uint64_t)w;
+        n -= (uint64_t)w;
+        while (niov > 0 && (size_t)w >= iov->iov_len) w -= (ssize_t)iov->iov_len, iov++, niov--;
+        if (niov > 0) iov->iov_base = (uint8_t *)iov->iov_base + w, iov->iov_len -= (size_t)w;
+    }
+    return SCK_OK;
+}
+
 /* ------------------------------------------------------------------ sequential writer */
 
 int fw_open(fwriter *w, const char *path) {

@@ -5,6 +5,7 @@
 #define SCK_FILEIO_H
 
 #include <sys/types.h>
+#include <sys/uio.h>
 
 #include "util.h"
 
@@ -22,6 +23,9 @@ int io_ftruncate(int fd, uint64_t size, const char *path);
 /* pwrite of all n bytes (looping over short writes), one hook call per request.  Errors: SCK_ERR_IO
  * naming path, size and offset. */
 int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);
+/* io_pwrite_full of the concatenation of iov[0..niov) (niov <= IOV_MAX); advances the entries of iov
+ * it has written. */
+int io_pwritev_full(int fd, struct iovec *iov, int niov, uint64_t off, const char *path);
 
 typedef struct fwriter {
     int fd;

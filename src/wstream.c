@@ -13,11 +13,16 @@
 #include "fileio.h"
 
 #define WB_WINDOW (32u << 20) /* buffered mode: writeback is started, then waited for, per window */
+#define WS_IOV_MAX 512        /* pieces in one batch (one pwritev; the kernel takes up to 1024) */
+#define WS_BATCH (4u << 20)   /* buffered mode: a batch goes to the writer once it spans this many bytes */
 
+/* One write: a batch (a staging buffer's list of pieces: bytes copied into it and, in buffered mode,
+ * small pieces by reference, written with one pwritev), or one large piece by reference. */
 typedef struct ws_op {
-    const uint8_t *p;
+    const uint8_t *p;      /* the piece by reference (buf < 0) */
     uint64_t off, len;
-    int buf;               /* staging buffer to give back after the write, or -1 (by reference) */
+    int buf;               /* the batch's staging buffer, given back after the write, or -1 */
+    int niov;              /* pieces in iov[buf] */
 } ws_op;
 
 struct wstream {
@@ -27,15 +32,20 @@ struct wstream {
     int reserved;          /* blocks were reserved past the end: trim them at close */
     uint64_t pos;          /* bytes appended */
 
-    /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread */
+    /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread.  Each
+     * buffer carries the list of pieces of the batch it belongs to. */
     uint8_t **bufs;
+    struct iovec **iov;    /* WS_IOV_MAX pieces per buffer */
     unsigned nbufs;
     uint64_t stage;
     ws_pool *pool;         /* where bufs came from and go back to, or NULL */
     int *free_list;
     unsigned nfree;
     int cur;
-    uint64_t cur_len;
+    uint64_t cur_len;      /* bytes copied into bufs[cur] */
+    uint64_t cur_bytes;    /* bytes the batch writes (copied and by reference) */
+    int cur_niov;
+    uint64_t copied;       /* bytes copied into staging, all batches */
 
     /* the queue the writer thread drains, guarded by mu */
     pthread_mutex_t mu;
@@ -103,7 +113,8 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         int rc = SCK_OK;
         if (!skip) {
-            rc = io_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
+            rc = op.buf >= 0 ? io_pwritev_full(w->fd, w->iov[op.buf], op.niov, op.off, w->path)
+                             : io_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
             if (!rc) {
                 w->written = op.off + op.len;
                 rc = stream_writeback(w);
@@ -127,7 +138,7 @@ static int writer_error(wstream *w) {
     return w->status;
 }
 
-static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int buf) {
+static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int buf, int niov) {
     pthread_mutex_lock(&w->mu);
     if (w->status) {
         if (buf >= 0) w->free_list[w->nfree++] = buf;
@@ -149,7 +160,7 @@ static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int 
         w->qcap = cap;
         w->qhead = 0;
     }
-    w->q[(w->qhead + w->qlen) % w->qcap] = (ws_op){p, off, len, buf};
+    w->q[(w->qhead + w->qlen) % w->qcap] = (ws_op){p, off, len, buf, niov};
     w->qlen++;
     pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
@@ -180,17 +191,20 @@ static int take_buf(wstream *w) {
     }
     w->cur = b;
     w->cur_len = 0;
+    w->cur_bytes = 0;
+    w->cur_niov = 0;
     return SCK_OK;
 }
 
-/* Hands the current staging buffer to the writer; in direct mode its length is padded to WS_ALIGN
- * (only at close: everywhere else it is already aligned). */
+/* Hands the current batch to the writer; in direct mode (where a batch is only its staging buffer)
+ * its length is padded to WS_ALIGN (only at close: everywhere else it is already aligned). */
 static int flush_cur(wstream *w) {
     if (w->cur < 0) return SCK_OK;
-    int b = w->cur;
-    uint64_t len = w->cur_len, off = w->pos - w->cur_len;
+    int b = w->cur, niov = w->cur_niov;
+    uint64_t len = w->cur_bytes, off = w->pos - w->cur_bytes;
     w->cur = -1;
-    w->cur_len = 0;
+    w->cur_len = w->cur_bytes = 0;
+    w->cur_niov = 0;
     if (len == 0) {
         pthread_mutex_lock(&w->mu);
         w->free_list[w->nfree++] = b;
@@ -200,9 +214,26 @@ static int flush_cur(wstream *w) {
     if (w->direct && len % WS_ALIGN) {
         uint64_t pad = WS_ALIGN - len % WS_ALIGN;
         memset(w->bufs[b] + len, 0, pad);
+        w->iov[b][niov - 1].iov_len += pad;
         len += pad;
     }
-    return submit(w, w->bufs[b], off, len, b);
+    return submit(w, NULL, off, len, b, niov);
+}
+
+/* Whether the current batch is full (then it goes to the writer at once): its list, its staging
+ * buffer, or (buffered) the bytes it spans. */
+static int batch_full(const wstream *w) {
+    return w->cur_niov == WS_IOV_MAX || w->cur_len == w->stage || (!w->direct && w->cur_bytes >= WS_BATCH);
+}
+
+/* Adds n bytes at p to the current batch's pieces, extending the last piece where p continues it. */
+static void add_piece(wstream *w, const uint8_t *p, uint64_t n) {
+    struct iovec *v = w->iov[w->cur];
+    int k = w->cur_niov;
+    if (k && (const uint8_t *)v[k - 1].iov_base + v[k - 1].iov_len == p) v[k - 1].iov_len += n;
+    else v[w->cur_niov++] = (struct iovec){(void *)(uintptr_t)p, n};
+    w->cur_bytes += n;
+    w->pos += n;
 }
 
 static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
@@ -210,18 +241,21 @@ static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
         int rc;
         if (w->cur < 0 && (rc = take_buf(w))) return rc;
         uint64_t k = w->stage - w->cur_len < n ? w->stage - w->cur_len : n;
-        memcpy(w->bufs[w->cur] + w->cur_len, p, k);
+        uint8_t *d = w->bufs[w->cur] + w->cur_len;
+        memcpy(d, p, k);
         w->cur_len += k;
-        w->pos += k;
+        w->copied += k;
+        add_piece(w, d, k);
         p += k;
         n -= k;
-        if (w->cur_len == w->stage && (rc = flush_cur(w))) return rc;
+        if (batch_full(w) && (rc = flush_cur(w))) return rc;
     }
     return SCK_OK;
 }
 
 int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
     const uint8_t *b = p;
+    int rc;
     if (n == 0) return SCK_OK;
     if (by_ref && n >= WS_REF_MIN) {
         uint64_t body = n;
@@ -229,18 +263,27 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
             body = w->pos % WS_ALIGN || (uintptr_t)b % WS_ALIGN ? 0 : n / WS_ALIGN * WS_ALIGN;
         }
         if (body) {
-            int rc = flush_cur(w);
-            if (!rc) rc = submit(w, b, w->pos, body, -1);
+            rc = flush_cur(w);
+            if (!rc) rc = submit(w, b, w->pos, body, -1, 0);
             if (rc) return rc;
             w->pos += body;
             b += body;
             n -= body;
         }
+    } else if (by_ref && !w->direct && n >= WS_IOV_MIN) {
+        /* A small tensor goes into the batch's list as it is: the kernel copies it into the page
+         * cache, where copying it into staging first took a second pass over it and faulted in the
+         * staging buffer on every save. */
+        if (w->cur < 0 && (rc = take_buf(w))) return rc;
+        add_piece(w, b, n);
+        return batch_full(w) ? flush_cur(w) : SCK_OK;
     }
     return copy_in(w, b, n);
 }
 
 uint64_t ws_pos(const wstream *w) { return w->pos; }
+
+uint64_t ws_copied(const wstream *w) { return w->copied; }
 
 int ws_is_direct(const wstream *w) { return w->direct; }
 
@@ -273,6 +316,8 @@ static int finish(wstream *w, int hard) {
         pthread_cond_destroy(&w->done);
         pthread_mutex_destroy(&w->mu);
     }
+    for (unsigned i = 0; w->iov && i < w->nbufs; i++) free(w->iov[i]);
+    free(w->iov);
     free(w->bufs);
     free(w->free_list);
     free(w->q);
@@ -311,7 +356,10 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
     w->path = sck_strdup(path);
     w->bufs = calloc(w->nbufs, sizeof *w->bufs);
     w->free_list = calloc(w->nbufs, sizeof *w->free_list);
-    if (!w->path || !w->bufs || !w->free_list) {
+    w->iov = calloc(w->nbufs, sizeof *w->iov);
+    for (unsigned i = 0; w->iov && i < w->nbufs; i++)
+        if (!(w->iov[i] = malloc(WS_IOV_MAX * sizeof **w->iov))) break;
+    if (!w->path || !w->bufs || !w->free_list || !w->iov || !w->iov[w->nbufs - 1]) {
         finish(w, 1);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }

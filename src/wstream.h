@@ -1,8 +1,9 @@
 /* wstream.h - one rank's data file, written by a background thread.
  *
- * Appends are either copied into a bounded set of staging buffers (small pieces: headers, small
- * tensors) or queued by reference (large pieces: written straight from the caller's memory, no
- * copy).  One writer thread issues the writes in file order, so the caller's thread keeps encoding
+ * Appends are either copied into a bounded set of staging buffers (headers; with O_DIRECT also small
+ * tensors) or written straight from the caller's memory, no copy: large pieces by a write of their
+ * own, and in buffered mode small tensors as pieces of the batch their headers are staged in (one
+ * pwritev per batch).  One writer thread issues the writes in file order, so the caller's thread keeps encoding
  * and checksumming while the disk works.  Buffered mode streams writeback behind the writer
  * (sync_file_range + dropping written pages) when the file is to be fsynced, so the final fsync is
  * short and the save does not fill the page cache.  Direct mode opens with O_DIRECT: every write is
@@ -19,6 +20,7 @@
 #define WS_STAGE_DEFAULT (64u << 20)    /* bytes per staging buffer */
 #define WS_NBUFS_DEFAULT 2u
 #define WS_REF_MIN (256u << 10)         /* appends this large may be queued by reference */
+#define WS_IOV_MIN 1024u                /* buffered mode: smaller by-reference appends are copied */
 
 /* Staging buffers kept from one stream to the next (an async save handle's): mapped by the first
  * stream that needs them, handed back at its close instead of unmapped, freed with ws_pool_free.
@@ -48,12 +50,16 @@ typedef struct wstream wstream;
 /* Creates/truncates `path` and starts the writer thread.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
 int ws_open(wstream **out, const char *path, const ws_opts *o);
 /* Appends n bytes at the end of the file.  by_ref: the caller guarantees p stays valid and unchanged
- * until ws_close/ws_abort returns, so large pieces are written from it without a copy.  Blocks while
- * every staging buffer is in flight.  Errors: the writer's first error (SCK_ERR_IO, with its message),
- * SCK_ERR_NOMEM. */
+ * until ws_close/ws_abort returns, so pieces are written from it without a copy: from WS_REF_MIN
+ * bytes on by a write of their own (with O_DIRECT: their 4 KiB-aligned part), and in buffered mode
+ * from WS_IOV_MIN bytes on as a piece of the batch the staged bytes around them go in (one pwritev).
+ * Blocks while every staging buffer is in flight.  Errors: the writer's first error (SCK_ERR_IO,
+ * with its message), SCK_ERR_NOMEM. */
 int ws_append(wstream *w, const void *p, uint64_t n, int by_ref);
 /* Bytes appended so far (the file offset of the next append). */
 uint64_t ws_pos(const wstream *w);
+/* Bytes copied into staging buffers so far. */
+uint64_t ws_copied(const wstream *w);
 /* 1 if the file is being written with O_DIRECT. */
 int ws_is_direct(const wstream *w);
 /* Writes what is staged, waits for the writer, fsyncs if asked, closes and frees.  Returns the first

@@ -93,6 +93,55 @@ TEST(wstream_buffered_streams_writeback_over_windows) {
     free(src);
 }
 
+/* Many small by-reference pieces between small copied ones, as a save of small tensors appends them
+ * (header, tensor, header...): byte-exact in both modes.  Buffered, the pieces from WS_IOV_MIN bytes
+ * on are written from the caller's memory (only headers and the smaller pieces are copied), and
+ * batches end on each of their limits: the list (512 pieces), the bytes spanned (4 MiB, with pieces
+ * of 200 KiB) and a full staging buffer (a run of copied pieces).  With O_DIRECT everything short
+ * of WS_REF_MIN is copied. */
+static void check_small_pieces(int direct) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/small%d.bin", th_tmpdir(), direct);
+    size_t cap = 24 << 20;
+    uint8_t *src = malloc(cap), *want = malloc(cap);
+    REQUIRE(src && want);
+    th_fill(src, cap, 21);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){1 << 20, 2, direct, 1, 0, NULL}));
+    size_t n = 0, from = 0, copied = 0;
+    uint64_t next = 1;
+    int i = 0;
+    for (; i < 6000 && n + (300u << 10) < cap; i++) {
+        next = next * 6364136223846793005ull + 1442695040888963407ull;
+        size_t len, hdr = 1 + (size_t)(next >> 59); /* 1..32 bytes, copied */
+        int phase = i / 2000;                      /* 0: small tensors, 1: 200 KiB ones, 2: copied runs */
+        if (phase == 0) len = (size_t[]){WS_IOV_MIN, 3000, WS_IOV_MIN - 1, 5000}[i % 4];
+        else if (phase == 1) len = i % 40 ? 700 : 200u << 10;
+        else len = 2000;
+        int ref = phase != 2;
+        /* every third piece continues the one before it in memory (the list merges them) */
+        if (i % 3 || from + hdr + len > cap) from = (size_t)(next >> 20) % (cap - len - hdr);
+        CHECK_OK(ws_append(w, src + from, hdr, 0));
+        memcpy(want + n, src + from, hdr), n += hdr, from += hdr;
+        CHECK_OK(ws_append(w, src + from, len, ref));
+        memcpy(want + n, src + from, len), n += len, from += len;
+        copied += hdr + (!ref || direct || len < WS_IOV_MIN ? len : 0);
+        if (ws_pos(w) != n) break;
+    }
+    CHECK(i == 6000 && ws_pos(w) == n);
+    CHECK(ws_copied(w) == copied);
+    CHECK_OK(ws_close(w));
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
+    free(got);
+    free(want);
+    free(src);
+}
+
+TEST(wstream_buffered_small_pieces_go_by_reference_in_batches) { check_small_pieces(0); }
+TEST(wstream_direct_small_pieces_are_copied) { check_small_pieces(1); }
+
 TEST(wstream_open_error_names_path) {
     const char *dir = th_tmpdir();
     char path[4096];
