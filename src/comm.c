@@ -123,3 +123,5 @@ int sck_comm_agree(sck_comm *c, int status) {
     if (!c) return status;
     return comm_agree(c, status);
 }
+
+int comm_one_node(const sck_comm *c) { return c->size == 1 || c->one_node || comm_in_process(c); }

@@ -9,6 +9,7 @@ struct sck_comm {
     void *ctx;
     int rank;
     int size;
+    int one_node;       /* every rank runs on this machine (set by the backend; 0: not known) */
 };
 
 int comm_allgatherv(sck_comm *c, const void *send, size_t n, void **recv, size_t *counts);
@@ -17,6 +18,10 @@ int comm_barrier(sck_comm *c);
 /* 1 if every rank of c is a thread of this process (sck_threads_run): a pointer one rank broadcasts
  * is valid on all of them, so read-only data can be shared instead of copied. */
 int comm_in_process(const sck_comm *c);
+/* 1 if every rank of c runs on this machine, under one kernel: thread ranks, one rank, or MPI ranks
+ * all on one node (MPI_COMM_TYPE_SHARED).  They share one page cache (what one rank reads, the
+ * others find there) and the same CPUs.  The same on every rank. */
+int comm_one_node(const sck_comm *c);
 
 /* Every rank passes its local status (message in this thread's last error).  All ranks return the
  * status of the lowest failing rank, with that rank's message prefixed by "rank R: ", or SCK_OK if

@@ -172,6 +172,22 @@ static void mpi_destroy(void *vctx) { ctx_free(vctx); }
 
 static const sck_comm_ops mpi_ops = {mpi_allgatherv, mpi_bcast, mpi_barrier, mpi_destroy};
 
+/* 1 if every rank of c shares this node's memory (MPI-3's MPI_COMM_TYPE_SHARED), 0 if not or unknown.
+ * Collective. */
+static int one_node(MPI_Comm c) {
+#if MPI_VERSION >= 3 /* MPI_COMM_TYPE_SHARED (an enum in Open MPI, not a macro) */
+    MPI_Comm node = MPI_COMM_NULL;
+    int n = 0, size = 0;
+    if (MPI_Comm_split_type(c, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS) return 0;
+    int ok = node != MPI_COMM_NULL && MPI_Comm_size(node, &n) == MPI_SUCCESS && MPI_Comm_size(c, &size) == MPI_SUCCESS && n == size;
+    if (node != MPI_COMM_NULL) MPI_Comm_free(&node);
+    return ok;
+#else
+    (void)c;
+    return 0;
+#endif
+}
+
 sck_comm *sck_comm_mpi_chunked(MPI_Comm c, size_t max_message) {
     int init = 0, inter = 0;
     if (MPI_Initialized(&init) != MPI_SUCCESS || !init) {
@@ -217,10 +233,14 @@ sck_comm *sck_comm_mpi_chunked(MPI_Comm c, size_t max_message) {
         sck_err(SCK_ERR_NOMEM, "sck_comm_mpi: out of memory");
     }
     if (dup != MPI_COMM_NULL) MPI_Comm_free(&dup);
-    /* Agree on the original communicator so that all ranks succeed or fail together. */
-    int mine = out != NULL, all = 0;
+    /* Agree on the original communicator so that all ranks succeed or fail together, and on whether
+     * they all run on one node (the loads' check plans depend on it, so no rank may differ). */
+    int mine = out ? 1 + one_node(c) : 0, all = 0;
     rc = MPI_Allreduce(&mine, &all, 1, MPI_INT, MPI_MIN, c);
-    if (rc == MPI_SUCCESS && all) return out;
+    if (rc == MPI_SUCCESS && all) {
+        out->one_node = all == 2;
+        return out;
+    }
     if (rc != MPI_SUCCESS) mpi_fail(rc, "sck_comm_mpi: MPI_Allreduce");
     else if (out) sck_err(SCK_ERR_COMM, "sck_comm_mpi: another rank failed to set up its communicator");
     if (out) sck_comm_free(out); /* frees m through mpi_destroy */

@@ -274,7 +274,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
     ck->rank = sck_comm_rank(comm);
     ck->nranks = sck_comm_size(comm);
-    ck->one_cache = comm_in_process(comm);
+    ck->one_cache = comm_one_node(comm);
     ck->io = flags & SCK_LOAD_DIRECT_IO ? CK_IO_DIRECT : flags & SCK_LOAD_BUFFERED_IO ? CK_IO_BUFFERED : CK_IO_AUTO;
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */

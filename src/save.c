@@ -133,7 +133,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
      * this save. */
     if (keep && !local) {
         if (!L.same) keep->plan_ok = 0;
-        local = save_copy_state(st, &L, copy_data, copy_threads(comm_in_process(comm) ? comm->size : 1), unchanged, keep);
+        local = save_copy_state(st, &L, copy_data, copy_threads(comm_one_node(comm) ? comm->size : 1), unchanged, keep);
     }
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);

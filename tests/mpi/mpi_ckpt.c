@@ -347,6 +347,11 @@ static void do_comm(void) {
     MPI_Comm_rank(half, &hr);
     MPI_Comm_size(half, &hs);
     verdict("sck_comm_mpi on a split communicator", h && sck_comm_rank(h) == hr && sck_comm_size(h) == hs, "rank/size");
+    /* mpirun here starts every rank on this machine: one node, one page cache, on every rank. */
+    sck_comm *w = make_comm(0);
+    verdict("sck_comm_mpi: ranks on one machine are one node", w && h && comm_one_node(w) && comm_one_node(h) && w->one_node && h->one_node,
+            "one_node not set");
+    sck_comm_free(w);
     sck_comm_free(h);
     MPI_Comm_free(&half);
 }
