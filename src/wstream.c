@@ -15,6 +15,7 @@
 #define WB_WINDOW (32u << 20) /* buffered mode: writeback is started, then waited for, per window */
 #define WS_IOV_MAX 512        /* pieces in one batch (one pwritev; the kernel takes up to 1024) */
 #define WS_BATCH (4u << 20)   /* buffered mode: a batch goes to the writer once it spans this many bytes */
+#define WS_HUGE_AFTER (2u << 20) /* a staging buffer filled past this gets huge pages */
 
 /* One write: a batch (a staging buffer's list of pieces: bytes copied into it and, in buffered mode,
  * small pieces by reference, written with one pwritev), or one large piece by reference. */
@@ -35,6 +36,7 @@ struct wstream {
     /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread.  Each
      * buffer carries the list of pieces of the batch it belongs to. */
     uint8_t **bufs;
+    uint8_t *huge;         /* per buffer: advised to use huge pages */
     struct iovec **iov;    /* WS_IOV_MAX pieces per buffer */
     unsigned nbufs;
     uint64_t stage;
@@ -186,8 +188,8 @@ static int take_buf(wstream *w) {
             pthread_mutex_unlock(&w->mu);
             return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a %llu-byte staging buffer", w->path, (unsigned long long)w->stage);
         }
-        madvise(m, w->stage, MADV_HUGEPAGE); /* advice only: fewer page faults */
         w->bufs[b] = m;
+        w->huge[b] = 0;
     }
     w->cur = b;
     w->cur_len = 0;
@@ -245,6 +247,13 @@ static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
         memcpy(d, p, k);
         w->cur_len += k;
         w->copied += k;
+        if (w->cur_len > WS_HUGE_AFTER && !w->huge[w->cur]) {
+            /* Huge pages only for a buffer that fills up (O_DIRECT, large copied pieces): a batch of
+             * headers around small tensors stays in its first pages, where faulting in a 2 MiB huge
+             * page for each of two buffers on every save took a tenth of a small-tensor save. */
+            madvise(w->bufs[w->cur], w->stage, MADV_HUGEPAGE); /* advice only: fewer page faults */
+            w->huge[w->cur] = 1;
+        }
         add_piece(w, d, k);
         p += k;
         n -= k;
@@ -318,6 +327,7 @@ static int finish(wstream *w, int hard) {
     }
     for (unsigned i = 0; w->iov && i < w->nbufs; i++) free(w->iov[i]);
     free(w->iov);
+    free(w->huge);
     free(w->bufs);
     free(w->free_list);
     free(w->q);
@@ -357,9 +367,10 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
     w->bufs = calloc(w->nbufs, sizeof *w->bufs);
     w->free_list = calloc(w->nbufs, sizeof *w->free_list);
     w->iov = calloc(w->nbufs, sizeof *w->iov);
+    w->huge = calloc(w->nbufs, 1);
     for (unsigned i = 0; w->iov && i < w->nbufs; i++)
         if (!(w->iov[i] = malloc(WS_IOV_MAX * sizeof **w->iov))) break;
-    if (!w->path || !w->bufs || !w->free_list || !w->iov || !w->iov[w->nbufs - 1]) {
+    if (!w->path || !w->bufs || !w->free_list || !w->huge || !w->iov || !w->iov[w->nbufs - 1]) {
         finish(w, 1);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }
