@@ -24,6 +24,7 @@
 /* One item of this rank's data file: the archive's data.pkl and, for tensors, the payload. */
 typedef struct save_src {
     size_t pkl_off, pkl_len;  /* in save_job.pkls (items with equal data.pkl share one copy) */
+    uint32_t pkl_crc;         /* its CRC-32 (zip's), computed once per copy */
     const uint8_t *payload;   /* caller's buffer, or inside the snapshot; NULL for bytes/values */
     uint64_t plen;
 } save_src;

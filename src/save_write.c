@@ -173,6 +173,7 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     const st_entry *last = NULL;
     const sck_box *last_box = NULL;
     size_t last_off = 0, last_len = 0;
+    uint32_t last_crc = 0;
     for (size_t i = 0; i < n && !rc; i++) {
         const plan_item *it = &p->items[j->rank][i];
         /* The state the plan was encoded from (or its copy, entry for entry): no lookups by key. */
@@ -187,12 +188,13 @@ int save_prepare_items(save_job *j, const sck_state *st) {
             s->plen = box_numel(&pc->box) * sck_dtype_size(se->dtype);
             if (last && last->dtype == se->dtype && last->ndim == se->ndim &&
                 !memcmp(last_box->size, pc->box.size, (size_t)se->ndim * sizeof(int64_t))) {
-                s->pkl_off = last_off, s->pkl_len = last_len;
+                s->pkl_off = last_off, s->pkl_len = last_len, s->pkl_crc = last_crc;
                 continue;
             }
             rc = ti_encode_tensor_pkl(&j->pkls, se->dtype, se->ndim, pc->box.size);
             if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
             last = se, last_box = &pc->box, last_off = at, last_len = j->pkls.len - at;
+            last_crc = rc ? 0 : sck_crc32(0, j->pkls.data + at, last_len);
         } else if (se->kind == ENT_BLOB) {
             /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
             sck_value *b = sck_value_bytes(se->blob, se->blob_n);
@@ -203,6 +205,8 @@ int save_prepare_items(save_job *j, const sck_state *st) {
         }
         s->pkl_off = at;
         s->pkl_len = j->pkls.len - at;
+        if (se->kind == ENT_TENSOR) s->pkl_crc = last_crc;
+        else if (!rc) s->pkl_crc = sck_crc32(0, j->pkls.data + at, s->pkl_len);
     }
     return rc;
 }
@@ -215,7 +219,7 @@ static int write_archive(wstream *w, const char *path, const uint8_t *pkls, cons
     size_t n;
     uint32_t crc = s->payload ? sck_crc32(0, s->payload, s->plen) : 0;
     sck_buf pkl = {(uint8_t *)(uintptr_t)(pkls + s->pkl_off), s->pkl_len, s->pkl_len}; /* a view */
-    ti_entries(ents, &n, &pkl, s->payload, s->plen, crc);
+    ti_entries(ents, &n, &pkl, s->pkl_crc, s->payload, s->plen, crc);
     size_t big = SIZE_MAX; /* the tensor record gets the page alignment, data.pkl and the rest torch's 64 */
     for (size_t k = 0; k < n && s->payload; k++)
         if (ents[k].data == s->payload) big = k;

@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "torch_item.h"
 #include "zip.h"
 
 /* torch 1.13.1: torch.save(torch.arange(6.).reshape(2,3), io.BytesIO()) */
@@ -914,4 +915,20 @@ TEST(zip_pread_callbacks) {
     CHECK(zip_find(NULL, "a") == NULL);
     zip_dir_free(NULL);
     zip_plan_free(NULL);
+}
+
+/* The records ti_entries makes carry the CRC-32 of their data: the constants it uses for "little"
+ * and "3\n", the data.pkl CRC it is given, the payload's. */
+TEST(torch_item_entries_carry_their_crcs) {
+    static const uint8_t pkl_bytes[] = {0x80, 0x02, 0x7d, 0x71, 0x00, 0x2e};
+    static const uint8_t payload[] = {1, 2, 3, 4, 5, 6, 7, 8};
+    sck_buf pkl = {(uint8_t *)(uintptr_t)pkl_bytes, sizeof pkl_bytes, sizeof pkl_bytes};
+    for (int with = 0; with < 2; with++) {
+        zip_entry e[4];
+        size_t n = 0;
+        ti_entries(e, &n, &pkl, sck_crc32(0, pkl_bytes, sizeof pkl_bytes), with ? payload : NULL, with ? sizeof payload : 0,
+                   with ? sck_crc32(0, payload, sizeof payload) : 0);
+        CHECK(n == (size_t)(3 + with));
+        for (size_t k = 0; k < n; k++) CHECK(e[k].crc == sck_crc32(0, e[k].data, (size_t)e[k].size));
+    }
 }
