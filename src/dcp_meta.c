@@ -225,7 +225,9 @@ static void enc_path(pk_writer *w, const char *key) {
     pk_tuple(w, 2);
 }
 
-int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
+/* The pickle of m; with `at` (3 per chunk), each chunk's storage offset, length and CRC-32C are left
+ * out (the CRC key is written for every chunk) and at[] receives where in out they go. */
+static int encode(const ck_meta *m, sck_buf *out, size_t *at) {
     pk_writer w;
     pk_begin(&w, out, 4);
     pk_global_static(&w, MOD_META, "Metadata");
@@ -300,13 +302,16 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
             pk_cstr_memo(&w, "relative_path");
             pk_cstr_memo(&w, m->files[ch->file]);
             pk_cstr_memo(&w, "offset");
-            pk_int(&w, (int64_t)ch->offset);
+            if (at) at[3 * k] = out->len;
+            else pk_int(&w, (int64_t)ch->offset);
             pk_cstr_memo(&w, "length");
-            pk_int(&w, (int64_t)ch->length);
-            if (ch->has_crc) {
+            if (at) at[3 * k + 1] = out->len;
+            else pk_int(&w, (int64_t)ch->length);
+            if (ch->has_crc || at) {
                 /* An extra BUILD key: pickle sets it as an instance attribute, which torch never reads. */
                 pk_cstr_memo(&w, DCP_CRC_KEY);
-                pk_int(&w, (int64_t)ch->crc32c);
+                if (at) at[3 * k + 2] = out->len;
+                else pk_int(&w, (int64_t)ch->crc32c);
             }
             enc_obj_end(&w);
             if (k % 1000 == 999 || k + 1 == total) pk_setitems(&w);
@@ -317,6 +322,52 @@ int dcp_meta_encode(const ck_meta *m, sck_buf *out) {
     int rc = pk_finish(&w);
     if (rc) return sck_err(rc, "out of memory encoding .metadata");
     return SCK_OK;
+}
+
+int dcp_meta_encode(const ck_meta *m, sck_buf *out) { return encode(m, out, NULL); }
+
+int dcp_meta_encode_early(const ck_meta *m, dcp_meta_early *e) {
+    memset(e, 0, sizeof *e);
+    sck_buf_init(&e->pre);
+    e->n = ck_meta_nchunks(m);
+    if (e->n > SIZE_MAX / (3 * sizeof *e->at) || !(e->at = malloc(3 * e->n * sizeof *e->at + 1)))
+        return sck_err(SCK_ERR_NOMEM, "out of memory encoding .metadata");
+    int rc = encode(m, &e->pre, e->at);
+    if (rc) dcp_meta_early_free(e);
+    return rc;
+}
+
+int dcp_meta_encode_late(const dcp_meta_early *e, const ck_meta *m, sck_buf *out) {
+    if (ck_meta_nchunks(m) != e->n) return sck_err(SCK_ERR_INVALID_ARG, ".metadata: the model has %zu chunks, encoded early with %zu", ck_meta_nchunks(m), e->n);
+    if (e->n > (SIZE_MAX - e->pre.len) / (3 * PK_INT_MAX) || sck_buf_reserve(out, e->pre.len + 3 * PK_INT_MAX * e->n))
+        return sck_err(SCK_ERR_NOMEM, "out of memory encoding .metadata");
+    uint8_t *q = out->data + out->len;
+    size_t from = 0, k = 0;
+    for (size_t i = 0; i < m->n; i++) {
+        const ck_entry *en = &m->e[i];
+        for (size_t c = 0; c < en->nchunks; c++, k++) {
+            const ck_chunk *ch = &en->chunks[c];
+            if (!ch->has_crc) return sck_err(SCK_ERR_INVALID_ARG, ".metadata: '%s' chunk %zu has no CRC-32C, encoded early with one", en->key, c);
+            const int64_t v[3] = {(int64_t)ch->offset, (int64_t)ch->length, (int64_t)ch->crc32c};
+            for (int j = 0; j < 3; j++) {
+                size_t to = e->at[3 * k + j];
+                memcpy(q, e->pre.data + from, to - from);
+                q += to - from;
+                q += pk_int_bytes(q, v[j]);
+                from = to;
+            }
+        }
+    }
+    memcpy(q, e->pre.data + from, e->pre.len - from);
+    q += e->pre.len - from;
+    out->len = (size_t)(q - out->data);
+    return SCK_OK;
+}
+
+void dcp_meta_early_free(dcp_meta_early *e) {
+    sck_buf_free(&e->pre);
+    free(e->at);
+    memset(e, 0, sizeof *e);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -106,6 +106,24 @@ int ck_plain_file_name(const char *s);
 /* Serializes m as DCP's Metadata (pickle protocol 4, torch 2.x class paths); chunks with has_crc get
  * DCP_CRC_KEY in their _StorageInfo.  Errors: SCK_ERR_NOMEM. */
 int dcp_meta_encode(const ck_meta *m, sck_buf *out);
+
+/* dcp_meta_encode in two steps, for a save: the early one before the items are written (every chunk
+ * then gets a CRC-32C), the late one once each chunk's storage offset, length and CRC are known: it
+ * copies the early bytes around those integers, the same bytes dcp_meta_encode makes.  Rank 0
+ * encodes a large .metadata early while its own file is still being written, not while every rank
+ * waits for it at the end. */
+typedef struct dcp_meta_early {
+    sck_buf pre;   /* the pickle without each chunk's offset, length and CRC */
+    size_t *at;    /* where in pre they go: 3 per chunk, in model order */
+    size_t n;      /* chunks */
+} dcp_meta_early;
+/* Errors: SCK_ERR_NOMEM (e is then empty).  Free e with dcp_meta_early_free. */
+int dcp_meta_encode_early(const ck_meta *m, dcp_meta_early *e);
+/* Appends to out the .metadata of m (the model e was encoded from, with every chunk's offset, length
+ * and CRC now set).  Errors: SCK_ERR_INVALID_ARG (another number of chunks, a chunk without CRC),
+ * SCK_ERR_NOMEM. */
+int dcp_meta_encode_late(const dcp_meta_early *e, const ck_meta *m, sck_buf *out);
+void dcp_meta_early_free(dcp_meta_early *e);
 /* Parses a `.metadata` written by torch 1.13..2.x or by us.  Accepts both module layouts, either
  * enum encoding, missing optional fields.  Checks that every chunk has storage info, files are
  * plain names (no '/', no ".."), chunks lie inside their tensor, a DCP_CRC_KEY is a 32-bit integer.

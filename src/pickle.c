@@ -1212,24 +1212,31 @@ int pk_finish(pk_writer *w) {
 void pk_none(pk_writer *w) { w_op(w, OP_NONE); }
 void pk_bool(pk_writer *w, int v) { w_op(w, v ? OP_NEWTRUE : OP_NEWFALSE); }
 
-void pk_int(pk_writer *w, int64_t v) {
+size_t pk_int_bytes(uint8_t *b, int64_t v) {
+    uint64_t u = (uint64_t)v;
+    size_t k;
     if (v >= 0 && v <= 0xFF) {
-        w_op_le(w, OP_BININT1, (uint64_t)v, 1);
+        b[0] = OP_BININT1, k = 1;
     } else if (v >= 0 && v <= 0xFFFF) {
-        w_op_le(w, OP_BININT2, (uint64_t)v, 2);
+        b[0] = OP_BININT2, k = 2;
     } else if (v >= INT32_MIN && v <= INT32_MAX) {
-        w_op_le(w, OP_BININT, (uint64_t)v, 4);   /* two's complement low 32 bits */
+        b[0] = OP_BININT, k = 4; /* two's complement low 32 bits */
     } else {
         /* LONG1 with the shortest two's complement encoding, as pickle.encode_long produces */
-        uint64_t u = (uint64_t)v;
-        uint8_t b[10];
-        size_t k = 8;
+        k = 8;
         for (size_t i = 0; i < 8; i++) b[2 + i] = (uint8_t)(u >> (8 * i));
         while (k > 1 && ((b[1 + k] == 0x00 && !(b[k] & 0x80)) || (b[1 + k] == 0xFF && (b[k] & 0x80)))) k--;
         b[0] = OP_LONG1;
         b[1] = (uint8_t)k;
-        w_put(w, b, 2 + k);
+        return 2 + k;
     }
+    for (size_t i = 0; i < k; i++) b[1 + i] = (uint8_t)(u >> (8 * i));
+    return 1 + k;
+}
+
+void pk_int(pk_writer *w, int64_t v) {
+    uint8_t b[PK_INT_MAX];
+    w_put(w, b, pk_int_bytes(b, v));
 }
 
 void pk_float(pk_writer *w, double v) {

@@ -121,6 +121,9 @@ int pk_finish(pk_writer *w);
 void pk_none(pk_writer *w);
 void pk_bool(pk_writer *w, int v);
 void pk_int(pk_writer *w, int64_t v);          /* BININT1/BININT2/BININT/LONG1 as Python would */
+/* The bytes pk_int emits for v (at most PK_INT_MAX), into dst; returns how many. */
+#define PK_INT_MAX 10
+size_t pk_int_bytes(uint8_t *dst, int64_t v);
 void pk_float(pk_writer *w, double v);         /* BINFLOAT */
 /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be valid UTF-8 (else SCK_ERR_INVALID_ARG) */
 void pk_str(pk_writer *w, const char *s, size_t n);

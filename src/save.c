@@ -208,6 +208,7 @@ void save_write(save_job *j) {
 }
 
 void save_abandon(save_job *j) {
+    dcp_meta_early_free(&j->meta);
     free(j->all);
     free(j->counts);
     j->all = NULL;
@@ -241,7 +242,7 @@ int save_finish(save_job *j) {
         local = apply_offsets(&j->plan, all, counts);
         sck_buf meta;
         sck_buf_init(&meta);
-        if (!local) local = dcp_meta_encode(&j->plan.m, &meta);
+        if (!local) local = j->meta_early ? dcp_meta_encode_late(&j->meta, &j->plan.m, &meta) : dcp_meta_encode(&j->plan.m, &meta);
         /* .metadata, then the model cache, which records that file's identity (src/meta_side.h);
          * nothing is visible before commit_publish swaps the directory in. */
         if (!local) local = write_file(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync);
@@ -251,6 +252,7 @@ int save_finish(save_job *j) {
     }
     free(all);
     if (counts != counts_stack) free(counts);
+    dcp_meta_early_free(&j->meta);
     if (j->keep && j->plan.nitems) { /* valid for this structure, whatever became of the save */
         j->keep->plan = j->plan;
         j->keep->plan_ok = 1;

@@ -86,6 +86,8 @@ typedef struct save_job {
     size_t *counts;
     save_keep *keep;          /* async saves only */
     char exchange[16];        /* the commit id of the save whose exchange the plan comes from */
+    dcp_meta_early meta;      /* rank 0: .metadata encoded while its file was being written */
+    int meta_early;           /* meta holds it (else .metadata is encoded whole at the end) */
 } save_job;
 
 /* Flags and options checked by the caller.  keep (async saves): copy the state into keep (tensor

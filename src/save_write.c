@@ -260,5 +260,12 @@ int save_write_file(save_job *j) {
         ws_abort(w);
         return rc;
     }
+    if (j->rank == 0 && !ws_close_start(w)) {
+        /* While the writer finishes the file (the last writes, the fsync): .metadata but for the
+         * items' places, which come with collective 2.  Otherwise it is encoded whole at the end,
+         * while every other rank waits. */
+        j->meta_early = dcp_meta_encode_early(&j->plan.m, &j->meta) == SCK_OK;
+        if (!j->meta_early) sck_err_clear(); /* out of memory here: the end tries again */
+    }
     return ws_close(w);
 }

@@ -48,6 +48,7 @@ struct wstream {
     uint64_t cur_bytes;    /* bytes the batch writes (copied and by reference) */
     int cur_niov;
     uint64_t copied;       /* bytes copied into staging, all batches */
+    int closing, close_rc; /* ws_close_start was called, and what it returned */
 
     /* the queue the writer thread drains, guarded by mu */
     pthread_mutex_t mu;
@@ -101,6 +102,15 @@ static int stream_writeback(wstream *w) {
     return SCK_OK;
 }
 
+/* The end of a file written in full: the alignment padding of O_DIRECT and the reservation beyond
+ * what was written dropped, then the fsync asked for. */
+static int end_file(wstream *w) {
+    if ((w->direct || w->reserved) && io_ftruncate(w->fd, w->pos, w->path) != 0)
+        return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot truncate to %llu bytes", w->path, (unsigned long long)w->pos);
+    if (w->do_fsync && io_fsync(w->fd, w->path) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
+    return SCK_OK;
+}
+
 static void *writer_main(void *arg) {
     wstream *w = arg;
     pthread_mutex_lock(&w->mu);
@@ -128,7 +138,14 @@ static void *writer_main(void *arg) {
         if (op.buf >= 0) w->free_list[w->nfree++] = op.buf;
         pthread_cond_broadcast(&w->done);
     }
+    /* Closed (not aborted) with every write done: the file's end here too, so that the caller can
+     * work meanwhile (ws_close_start). */
+    int end = w->stop == 1 && !w->status;
     pthread_mutex_unlock(&w->mu);
+    if (end) {
+        int rc = end_file(w);
+        if (rc) set_error(w, rc);
+    }
     return NULL;
 }
 
@@ -297,22 +314,24 @@ uint64_t ws_copied(const wstream *w) { return w->copied; }
 int ws_is_direct(const wstream *w) { return w->direct; }
 
 /* Stops and joins the writer (after the queue drains, or at once when hard), then releases everything. */
+/* Asks the writer to stop: once the queue is drained (1, and then it ends the file) or after its
+ * current write (2). */
+static void ask_stop(wstream *w, int how) {
+    pthread_mutex_lock(&w->mu);
+    if (how > w->stop) w->stop = how;
+    pthread_cond_signal(&w->work);
+    pthread_mutex_unlock(&w->mu);
+}
+
 static int finish(wstream *w, int hard) {
     if (w->started) {
-        pthread_mutex_lock(&w->mu);
-        w->stop = hard ? 2 : 1;
-        pthread_cond_signal(&w->work);
-        pthread_mutex_unlock(&w->mu);
+        ask_stop(w, hard ? 2 : 1);
         pthread_join(w->th, NULL);
     }
     int rc = w->status;
     if (rc) sck_err_set_raw(w->errmsg);
+    else if (!w->started && !hard && w->fd >= 0) rc = end_file(w);
     if (w->fd >= 0) {
-        /* Drop the alignment padding of O_DIRECT and the reservation beyond what was written. */
-        if (!rc && !hard && (w->direct || w->reserved) && io_ftruncate(w->fd, w->pos, w->path) != 0)
-            rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot truncate to %llu bytes", w->path, (unsigned long long)w->pos);
-        if (!rc && !hard && w->do_fsync && io_fsync(w->fd, w->path) != 0)
-            rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", w->path);
         if (hard) close(w->fd); /* an error path must never fail again */
         else if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
     }
@@ -343,8 +362,16 @@ void ws_pool_free(ws_pool *p) {
     }
 }
 
+int ws_close_start(wstream *w) {
+    if (w->closing) return w->close_rc;
+    w->closing = 1;
+    w->close_rc = flush_cur(w);
+    if (w->started) ask_stop(w, 1);
+    return w->close_rc;
+}
+
 int ws_close(wstream *w) {
-    int rc = flush_cur(w);
+    int rc = ws_close_start(w);
     int rc2 = finish(w, 0);
     return rc ? rc : rc2;
 }

@@ -62,8 +62,12 @@ uint64_t ws_pos(const wstream *w);
 uint64_t ws_copied(const wstream *w);
 /* 1 if the file is being written with O_DIRECT. */
 int ws_is_direct(const wstream *w);
-/* Writes what is staged, waits for the writer, fsyncs if asked, closes and frees.  Returns the first
- * error of the whole stream.  Errors: SCK_ERR_IO. */
+/* Hands what is staged to the writer and asks it to finish the file on its own thread (the last
+ * writes, the truncation, the fsync), so that the caller can work meanwhile; no more appends.
+ * Returns an error the writer has already met (SCK_ERR_IO, SCK_ERR_NOMEM); call ws_close either way. */
+int ws_close_start(wstream *w);
+/* ws_close_start (unless called), waits for the writer to finish the file, closes and frees.  Returns
+ * the first error of the whole stream.  Errors: SCK_ERR_IO. */
 int ws_close(wstream *w);
 /* Stops the writer after its current write, closes and frees without flushing (after an error). */
 void ws_abort(wstream *w);

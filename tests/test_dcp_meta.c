@@ -44,6 +44,47 @@ static void build_model(ck_meta *m, size_t nkeys) {
     ck_meta_finish(m, "test");
 }
 
+/* Encoded early (before the items' places are known) and finished late, .metadata is byte for byte
+ * what one encode of the finished model makes: offsets, lengths and CRCs of every pickle int width. */
+TEST(dcp_meta_early_then_late_equals_one_encode) {
+    ck_meta m;
+    build_model(&m, 700);
+    size_t n = ck_meta_nchunks(&m), k = 0;
+    for (size_t i = 0; i < m.n; i++)
+        for (size_t c = 0; c < m.e[i].nchunks; c++) m.e[i].chunks[c].has_crc = 0, m.e[i].chunks[c].offset = 0;
+    dcp_meta_early e;
+    REQUIRE_OK(dcp_meta_encode_early(&m, &e));
+    CHECK(e.n == n);
+    static const uint64_t widths[] = {7, 300, 70000, 3000000000ull, 1ull << 40};
+    for (size_t i = 0; i < m.n; i++)
+        for (size_t c = 0; c < m.e[i].nchunks; c++, k++) {
+            ck_chunk *ch = &m.e[i].chunks[c];
+            ch->offset = widths[k % 5] + k;
+            ch->length = widths[(k + 2) % 5];
+            ch->crc32c = (uint32_t)(k * 2654435761u);
+            ch->has_crc = 1;
+        }
+    sck_buf one, two;
+    sck_buf_init(&one);
+    sck_buf_init(&two);
+    REQUIRE_OK(dcp_meta_encode(&m, &one));
+    REQUIRE_OK(dcp_meta_encode_late(&e, &m, &two));
+    CHECK(one.len == two.len && !memcmp(one.data, two.data, one.len));
+    /* a chunk without its CRC, or another model, is refused */
+    m.e[m.n - 1].chunks[0].has_crc = 0;
+    two.len = 0;
+    CHECK_ERR(dcp_meta_encode_late(&e, &m, &two), SCK_ERR_INVALID_ARG, "has no CRC-32C");
+    ck_meta small;
+    build_model(&small, 3);
+    CHECK_ERR(dcp_meta_encode_late(&e, &small, &two), SCK_ERR_INVALID_ARG, "chunks, encoded early with");
+    ck_meta_free(&small);
+    dcp_meta_early_free(&e);
+    dcp_meta_early_free(&e); /* idempotent */
+    sck_buf_free(&one);
+    sck_buf_free(&two);
+    ck_meta_free(&m);
+}
+
 TEST(dcp_meta_round_trip_2500_entries) {
     ck_meta m, back;
     build_model(&m, 2500);

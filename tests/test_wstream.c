@@ -31,7 +31,7 @@ static int append_mix(wstream *w, const uint8_t *src, size_t *total) {
     return SCK_OK;
 }
 
-static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect) {
+static void check_mode_ex(int direct, int do_fsync, uint64_t stage, uint64_t expect, int close_start) {
     const char *dir = th_tmpdir();
     char path[4096];
     snprintf(path, sizeof path, "%s/f.bin", dir);
@@ -45,6 +45,10 @@ static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect
     REQUIRE_OK(ws_open(&w, path, &o));
     size_t total = 0;
     CHECK_OK(append_mix(w, src, &total));
+    if (close_start) { /* the writer finishes the file (last writes, truncation, fsync) on its own */
+        CHECK_OK(ws_close_start(w));
+        CHECK_OK(ws_close_start(w)); /* again: the same answer, nothing more */
+    }
     CHECK_OK(ws_close(w));
     size_t n = 0;
     uint8_t *got = read_all(path, &n);
@@ -57,7 +61,13 @@ static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect
     munmap(src, cap);
 }
 
+static void check_mode(int direct, int do_fsync, uint64_t stage, uint64_t expect) { check_mode_ex(direct, do_fsync, stage, expect, 0); }
+
 TEST(wstream_buffered_mixed_appends_exact) { check_mode(0, 1, 64 << 10, 0); }
+TEST(wstream_close_started_early_finishes_the_file) {
+    check_mode_ex(0, 1, 64 << 10, 64u << 20, 1);
+    check_mode_ex(1, 1, 64 << 10, 64u << 20, 1);
+}
 TEST(wstream_buffered_no_fsync_default_stage) { check_mode(0, 0, 0, 0); }
 TEST(wstream_direct_mixed_appends_exact_and_truncated) { check_mode(1, 1, 64 << 10, 0); }
 /* 64 MiB reserved for about 5 MiB written: the file ends where the writes end. */
@@ -170,7 +180,9 @@ TEST(wstream_writer_error_reaches_caller) {
     int rc = src ? ws_open(&w, path, &(ws_opts){256 << 10, 2, 0, 1, 0, NULL}) : SCK_ERR_NOMEM;
     for (int i = 0; i < 4 && rc == SCK_OK; i++) rc = ws_append(w, src, n, i % 2);
     if (w && rc == SCK_OK) {
+        int rc1 = ws_close_start(w); /* may already know of the error */
         rc = ws_close(w);
+        CHECK(rc1 == SCK_OK || rc1 == rc);
     } else if (w) {
         int rc2 = ws_close(w); /* the same sticky error, and everything released */
         CHECK(rc2 == rc);
