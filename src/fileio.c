@@ -184,18 +184,25 @@ int fw_close(fwriter *w, int do_fsync) {
 
 /* ------------------------------------------------------------------ whole files and directories */
 
-int write_file(const char *dir, const char *name, const void *data, size_t n, int do_fsync) {
+int write_file_begin(const char *dir, const char *name, const void *data, size_t n, int writeback, fwriter *w) {
     char path[4096];
     int k = snprintf(path, sizeof path, "%s/%s", dir, name);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", dir);
-    fwriter w;
-    int rc = fw_open(&w, path);
+    int rc = fw_open(w, path);
     if (rc) return rc;
-    if ((rc = io_pwrite_full(w.fd, data, n, 0, path))) {
-        fw_abort(&w);
+    if ((rc = io_pwrite_full(w->fd, data, n, 0, path))) {
+        fw_abort(w);
         return rc;
     }
-    return fw_close(&w, do_fsync);
+    w->pos = w->stage_off = n;
+    if (writeback) sync_file_range(w->fd, 0, 0, SYNC_FILE_RANGE_WRITE); /* advice only: fsync finds it done */
+    return SCK_OK;
+}
+
+int write_file(const char *dir, const char *name, const void *data, size_t n, int do_fsync) {
+    fwriter w;
+    int rc = write_file_begin(dir, name, data, n, 0, &w);
+    return rc ? rc : fw_close(&w, do_fsync);
 }
 
 int fsync_dir(const char *dir) {

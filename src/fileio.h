@@ -46,6 +46,10 @@ void fw_abort(fwriter *w);
 
 /* Writes `data` as the new file dir/name (optionally fsynced).  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
 int write_file(const char *dir, const char *name, const void *data, size_t n, int do_fsync);
+/* write_file's first half: the file written and left open in *w (finish it with fw_close, or fw_abort),
+ * its writeback started when `writeback`, so that a later fsync finds the disk done with it while the
+ * caller worked.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG (path too long). */
+int write_file_begin(const char *dir, const char *name, const void *data, size_t n, int writeback, fwriter *w);
 /* mkdir that accepts an existing directory.  Errors: SCK_ERR_IO. */
 int ensure_dir(const char *dir);
 /* fsync of a directory, so entries created or renamed in it are durable.  Errors: SCK_ERR_IO. */

@@ -243,10 +243,15 @@ int save_finish(save_job *j) {
         sck_buf meta;
         sck_buf_init(&meta);
         if (!local) local = j->meta_early ? dcp_meta_encode_late(&j->meta, &j->plan.m, &meta) : dcp_meta_encode(&j->plan.m, &meta);
-        /* .metadata, then the model cache, which records that file's identity (src/meta_side.h);
-         * nothing is visible before commit_publish swaps the directory in. */
-        if (!local) local = write_file(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync);
-        if (!local) local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
+        /* .metadata, then the model cache, which records that file's identity (src/meta_side.h),
+         * encoded while the disk writes .metadata; nothing is visible before commit_publish swaps
+         * the directory in. */
+        fwriter mw;
+        if (!local && !(local = write_file_begin(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync, &mw))) {
+            local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
+            if (local) fw_abort(&mw);
+            else local = fw_close(&mw, j->do_fsync);
+        }
         if (!local) local = commit_publish(&j->cm, j->do_fsync);
         sck_buf_free(&meta);
     }
