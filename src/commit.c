@@ -104,6 +104,7 @@ int commit_init(commit *c, const char *dir, const char *id) {
 void commit_free(commit *c) {
     free(c->dir);
     free(c->tmp);
+    free(c->prev);
     memset(c, 0, sizeof *c);
 }
 
@@ -264,13 +265,12 @@ int commit_publish(commit *c, int do_fsync) {
     }
     if (do_fsync && (rc = fsync_dir(parent))) {
         rc = undo(c, exchanged, old, rc);
+        free(old);
     } else {
-        /* Committed.  The previous checkpoint is now in tmp (exchanged) or old: remove it, best effort. */
-        if (exchanged) remove_flat_dir(c->tmp);
-        else if (old) remove_flat_dir(old);
-        sck_err_clear();
+        /* Committed.  The previous checkpoint is now in tmp (exchanged) or old, for commit_remove_prev. */
+        free(c->prev);
+        c->prev = exchanged ? sck_strdup(c->tmp) : old; /* out of memory: left for the next save */
     }
-    free(old);
     free(parent);
     return rc;
 }
@@ -282,4 +282,31 @@ void commit_abort(commit *c) {
     snprintf(msg, sizeof msg, "%s", sck_last_error());
     remove_flat_dir(c->tmp);
     sck_err_set_raw(msg);
+}
+
+void commit_remove_own(const commit *c, int rank) {
+    char name[64], *p;
+    snprintf(name, sizeof name, "/__%d_0.distcp", rank);
+    const char *where[2] = {c->tmp, NULL};
+    char *old = c->dir ? join3(c->dir, ".old-", c->id) : NULL;
+    where[1] = old;
+    for (int k = 0; k < 2; k++) {
+        if (!where[k] || !(p = join3(where[k], name, ""))) continue;
+        int gone = io_unlink(p) == 0;
+        free(p);
+        if (gone) break;
+    }
+    free(old);
+    sck_err_clear();
+}
+
+void commit_remove_prev(commit *c) {
+    if (!c->prev) return;
+    char *p = join3(c->prev, "/__0_0.distcp", "");
+    if (p) io_unlink(p); /* its own file first: the other ranks are removing theirs meanwhile */
+    free(p);
+    remove_flat_dir(c->prev);
+    free(c->prev);
+    c->prev = NULL;
+    sck_err_clear();
 }

@@ -270,8 +270,11 @@ int save_finish(save_job *j) {
      * collective (contributing OK, which leaves that message intact). */
     int rc3 = comm_agree(comm, local);
     rc = rc ? rc : rc3;
-    /* Every rank has stopped writing: a failed save leaves no temporary directory behind. */
+    /* Every rank has stopped writing: a failed save leaves no temporary directory behind, a
+     * successful one no previous checkpoint (each rank removes its own file of it). */
     if (rc && j->tmp_made) commit_abort(&j->cm);
+    if (!rc && rank != 0) commit_remove_own(&j->cm, rank);
+    if (!rc && rank == 0) commit_remove_prev(&j->cm);
     commit_free(&j->cm);
     return rc;
 }

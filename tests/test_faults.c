@@ -116,6 +116,32 @@ TEST(faults_every_io_call_of_a_3_rank_save_exchange) { run_faults(0); }
 
 TEST(faults_every_io_call_of_a_3_rank_save_two_rename_fallback) { run_faults(1); }
 
+/* A save over a checkpoint of more ranks removes all of it, right away: each rank its own file of it,
+ * rank 0 the rest (commit_remove_own / commit_remove_prev), after the exchange and after the fallback's
+ * two renames. */
+static void overwrite_removes_previous(int no_exchange) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ow%d", th_tmpdir(), no_exchange);
+    REQUIRE_OK(fx_save(dir, 5, 0, 0, NULL, NULL));
+    fault f;
+    memset(&f, 0, sizeof f);
+    f.kind = -1;
+    f.no_exchange = no_exchange;
+    io_hook_set(fault_hook, &f);
+    int rc = fx_save(dir, RANKS, 1, 0, NULL, NULL);
+    io_hook_set(NULL, NULL);
+    CHECK_OK(rc);
+    CHECK(f.count[IO_EXCHANGE] == 1);
+    CHECK(fx_count_siblings(dir) == 0);
+    CHECK(fx_load_version(dir, 0) == 1);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/__3_0.distcp", dir); /* the 5-rank save's files are gone, not merged */
+    CHECK(access(p, F_OK) != 0);
+}
+
+TEST(faults_overwrite_removes_previous_checkpoint_exchange) { overwrite_removes_previous(0); }
+TEST(faults_overwrite_removes_previous_checkpoint_two_rename_fallback) { overwrite_removes_previous(1); }
+
 /* A failure in the very first save (no old checkpoint): nothing is left behind at all. */
 TEST(faults_first_save_leaves_nothing) {
     char dir[4096];
