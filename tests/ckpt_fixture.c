@@ -61,7 +61,7 @@ static int save_rank(sck_comm *comm, void *arg) {
     int64_t bshape[1] = {B_LEN}, mshape[3] = {4, 4, 3};
     sck_state *st = sck_state_new();
     int rc = st ? SCK_OK : SCK_ERR_NOMEM;
-    if (!rc) rc = sck_state_add_box(st, "model.w", SCK_F32, 2, wshape, off, size, &d->w[lo][0]);
+    if (!rc) rc = sck_state_add_box(st, "model.w", SCK_F32, 2, wshape, off, size, &d->w[0][0] + lo * W_COLS); /* no row: one past the end */
     if (!rc) rc = sck_state_add_flat(st, "model.b", SCK_I64, 1, bshape, blo, bhi - blo, &d->b[blo]);
     if (!rc) rc = sck_state_add_replicated(st, "opt.m", SCK_BF16, 3, mshape, d->m);
     if (!rc) rc = sck_state_add_value(st, "other.step", sck_value_int(1000 + j->v));
