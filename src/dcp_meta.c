@@ -337,30 +337,43 @@ int dcp_meta_encode_early(const ck_meta *m, dcp_meta_early *e) {
     return rc;
 }
 
-int dcp_meta_encode_late(const dcp_meta_early *e, const ck_meta *m, sck_buf *out) {
+int dcp_meta_encode_late(dcp_meta_early *e, const ck_meta *m, sck_buf *out) {
     if (ck_meta_nchunks(m) != e->n) return sck_err(SCK_ERR_INVALID_ARG, ".metadata: the model has %zu chunks, encoded early with %zu", ck_meta_nchunks(m), e->n);
-    if (e->n > (SIZE_MAX - e->pre.len) / (3 * PK_INT_MAX) || sck_buf_reserve(out, e->pre.len + 3 * PK_INT_MAX * e->n))
-        return sck_err(SCK_ERR_NOMEM, "out of memory encoding .metadata");
-    uint8_t *q = out->data + out->len;
-    size_t from = 0, k = 0;
-    for (size_t i = 0; i < m->n; i++) {
+    uint8_t b[PK_INT_MAX];
+    size_t grow = 0;
+    for (size_t i = 0; i < m->n; i++) { /* checked and measured before anything moves */
         const ck_entry *en = &m->e[i];
-        for (size_t c = 0; c < en->nchunks; c++, k++) {
+        for (size_t c = 0; c < en->nchunks; c++) {
             const ck_chunk *ch = &en->chunks[c];
             if (!ch->has_crc) return sck_err(SCK_ERR_INVALID_ARG, ".metadata: '%s' chunk %zu has no CRC-32C, encoded early with one", en->key, c);
+            grow += pk_int_bytes(b, (int64_t)ch->offset) + pk_int_bytes(b, (int64_t)ch->length) + pk_int_bytes(b, (int64_t)ch->crc32c);
+        }
+    }
+    if (sck_buf_reserve(&e->pre, grow)) return sck_err(SCK_ERR_NOMEM, "out of memory encoding .metadata");
+    /* In place, from the end: each stretch of early bytes moves up by the integers before it, and the
+     * integer before it goes into the room that opens (no second buffer of the whole size to fault in). */
+    uint8_t *d = e->pre.data;
+    size_t end = e->pre.len, shift = grow, k = e->n;
+    for (size_t i = m->n; i-- > 0;) {
+        const ck_entry *en = &m->e[i];
+        for (size_t c = en->nchunks; c-- > 0;) {
+            const ck_chunk *ch = &en->chunks[c];
             const int64_t v[3] = {(int64_t)ch->offset, (int64_t)ch->length, (int64_t)ch->crc32c};
-            for (int j = 0; j < 3; j++) {
-                size_t to = e->at[3 * k + j];
-                memcpy(q, e->pre.data + from, to - from);
-                q += to - from;
-                q += pk_int_bytes(q, v[j]);
-                from = to;
+            k--;
+            for (int j = 3; j-- > 0;) {
+                size_t at = e->at[3 * k + (size_t)j], n = pk_int_bytes(b, v[j]);
+                memmove(d + at + shift, d + at, end - at);
+                shift -= n;
+                memcpy(d + at + shift, b, n);
+                end = at;
             }
         }
     }
-    memcpy(q, e->pre.data + from, e->pre.len - from);
-    q += e->pre.len - from;
-    out->len = (size_t)(q - out->data);
+    e->pre.len += grow;
+    sck_buf_free(out);
+    *out = e->pre;
+    sck_buf_init(&e->pre);
+    dcp_meta_early_free(e);
     return SCK_OK;
 }
 

@@ -119,10 +119,11 @@ typedef struct dcp_meta_early {
 } dcp_meta_early;
 /* Errors: SCK_ERR_NOMEM (e is then empty).  Free e with dcp_meta_early_free. */
 int dcp_meta_encode_early(const ck_meta *m, dcp_meta_early *e);
-/* Appends to out the .metadata of m (the model e was encoded from, with every chunk's offset, length
- * and CRC now set).  Errors: SCK_ERR_INVALID_ARG (another number of chunks, a chunk without CRC),
+/* Makes *out the .metadata of m (the model e was encoded from, with every chunk's offset, length and
+ * CRC now set), in e's memory: e is consumed (left empty) and what out held is freed.  On error
+ * nothing changes.  Errors: SCK_ERR_INVALID_ARG (another number of chunks, a chunk without CRC),
  * SCK_ERR_NOMEM. */
-int dcp_meta_encode_late(const dcp_meta_early *e, const ck_meta *m, sck_buf *out);
+int dcp_meta_encode_late(dcp_meta_early *e, const ck_meta *m, sck_buf *out);
 void dcp_meta_early_free(dcp_meta_early *e);
 /* Parses a `.metadata` written by torch 1.13..2.x or by us.  Accepts both module layouts, either
  * enum encoding, missing optional fields.  Checks that every chunk has storage info, files are

@@ -68,17 +68,20 @@ TEST(dcp_meta_early_then_late_equals_one_encode) {
     sck_buf_init(&one);
     sck_buf_init(&two);
     REQUIRE_OK(dcp_meta_encode(&m, &one));
-    REQUIRE_OK(dcp_meta_encode_late(&e, &m, &two));
-    CHECK(one.len == two.len && !memcmp(one.data, two.data, one.len));
-    /* a chunk without its CRC, or another model, is refused */
+    /* a chunk without its CRC, or another model, is refused, and e is left as it was */
+    size_t pre_len = e.pre.len;
     m.e[m.n - 1].chunks[0].has_crc = 0;
-    two.len = 0;
     CHECK_ERR(dcp_meta_encode_late(&e, &m, &two), SCK_ERR_INVALID_ARG, "has no CRC-32C");
+    m.e[m.n - 1].chunks[0].has_crc = 1;
     ck_meta small;
     build_model(&small, 3);
     CHECK_ERR(dcp_meta_encode_late(&e, &small, &two), SCK_ERR_INVALID_ARG, "chunks, encoded early with");
     ck_meta_free(&small);
-    dcp_meta_early_free(&e);
+    CHECK(e.pre.len == pre_len && two.len == 0);
+    /* finished in e's own memory: e is consumed */
+    REQUIRE_OK(dcp_meta_encode_late(&e, &m, &two));
+    CHECK(one.len == two.len && !memcmp(one.data, two.data, one.len));
+    CHECK(e.pre.len == 0 && e.at == NULL && e.n == 0);
     dcp_meta_early_free(&e); /* idempotent */
     sck_buf_free(&one);
     sck_buf_free(&two);
