@@ -60,6 +60,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
     ckpt_free_res(ck);
     for (size_t i = 0; ck->peer_checks && i < ck->m.n; i++) free(ck->peer_checks[i]);
     free(ck->peer_checks);
+    free(ck->hands);
     for (size_t i = 0; i < ck->ncombs; i++) free(ck->combs[i].r);
     free(ck->combs);
     free(ck->segs);
@@ -1103,6 +1104,62 @@ static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int lo
     return !page_cached(ck->files[c->file].fd, c->offset + c->length / 2);
 }
 
+int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    if (c->length > SMALL_ITEM || c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
+    sck_box ov, cbox;
+    ck_chunk_intersect(e, ci, want, &cbox, &ov);
+    int64_t sb[SCK_MAX_DIMS];
+    box_strides(&cbox, sb);
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    uint64_t a = c->offset + c->payload + l.first_src;
+    if (l.n != 1 || c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return 0;
+    *run = a;
+    *len = l.first_len;
+    *dst_off = l.first_dst;
+    return 1;
+}
+
+/* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
+static const ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
+    size_t lo = 0, hi = ck->nhands;
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        const ck_hand *h = &ck->hands[mid];
+        if (h->ei < ei || (h->ei == ei && h->ci < ci)) lo = mid + 1;
+        else hi = mid;
+    }
+    size_t k = lo;
+    while (k < ck->nhands && ck->hands[k].ei == ei && ck->hands[k].ci == ci) k++;
+    *n = k - lo;
+    return ck->hands + lo;
+}
+
+/* Item (ei, ci) has just been checked here: the other thread ranks' runs of it go into their buffers.
+ * The item's bytes are at hand as three pieces (p[k] holding file bytes [at[k], at[k+1])), or, where
+ * p is NULL, read again from the page cache. */
+static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p, const uint64_t *at) {
+    size_t n;
+    const ck_hand *h = ck->nhands ? hands_of(ck, ei, ci, &n) : NULL;
+    for (size_t i = 0; h && i < n; i++) {
+        if (!p) {
+            char what[4600];
+            const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+            item_what(ck, &ck->m.e[ei], c, what, sizeof what);
+            int rc = sck_pread_full(ck->files[c->file].fd, h[i].dst, h[i].len, h[i].run, what);
+            if (rc) return rc;
+            continue;
+        }
+        for (int k = 0; k < 3; k++) { /* the part of the run in each piece */
+            uint64_t a = h[i].run > at[k] ? h[i].run : at[k], b = h[i].run + h[i].len < at[k + 1] ? h[i].run + h[i].len : at[k + 1];
+            if (a < b) memcpy(h[i].dst + (a - h[i].run), p[k] + (a - at[k]), (size_t)(b - a));
+        }
+    }
+    return SCK_OK;
+}
+
 /* cbox: chunk ci's box (ck_chunk_box). */
 static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
@@ -1163,7 +1220,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
         else if (!(rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len)))
             rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
         r->verified = !rc;
-        return rc;
+        return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
     }
     if (l.n <= MAX_RUNS) {
         l.cap = l.n;
@@ -1176,12 +1233,13 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
             rc = check_and_copy(ck, ei, ci, &rx, &l, 1);
             free(l.r);
             r->verified = !rc;
-            return rc;
+            return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
         }
         free(l.r);
     }
     if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
     r->verified = 1;
+    if ((rc = hand_over(ck, ei, ci, NULL, NULL))) return rc;
     return box_runs(cbox, strides, want, ov, rx.elem, copy_run, &rx);
 }
 
@@ -1216,7 +1274,7 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
             *op = p;
             *cap = c2;
         }
-        (*op)[(*m)++] = (read_op){e->chunks[ci].file, e->chunks[ci].offset, k, ci, elems};
+        (*op)[(*m)++] = (read_op){e->chunks[ci].file, 0, e->chunks[ci].offset, k, ci, elems};
     }
     if (got != need) /* never more: saved chunks do not overlap */
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",
@@ -1325,9 +1383,14 @@ static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
         uint32_t crc = sck_crc32c(0, sp, (size_t)head);
         crc = sck_crc32c(crc, s[i].dst, (size_t)s[i].len);
         crc = sck_crc32c(crc, sp + head, (size_t)tail);
+        const uint8_t *p[3] = {sp, s[i].dst, sp + head}; /* the item, in its three pieces */
+        const uint64_t at[4] = {c->offset, s[i].run, s[i].run + s[i].len, c->offset + c->length};
         sp += head + tail;
         if (crc != c->crc32c) rc = ckpt_crc_mismatch(ck, s[i].ei, s[i].ci, crc);
-        else ck->res[s[i].ei][s[i].ci].verified = 1;
+        else {
+            ck->res[s[i].ei][s[i].ci].verified = 1;
+            rc = hand_over(ck, s[i].ei, s[i].ci, p, at);
+        }
     }
     return rc;
 }
@@ -1340,7 +1403,7 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
     uint64_t scratch = 0, end = 0;
     for (; j + n < m; n++) {
         const read_op *o = &op[j + n];
-        if ((n && o->file != op[j].file) || iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
+        if ((n && o->file != op[j].file) || o->handed || iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
         if (n && (s[n].from < end || s[n].from - end > (s[n].check ? BATCH_GAP : PEER_GAP) || s[n].to - s[0].from > BATCH_BYTES)) break;
         uint64_t more = (n ? s[n].from - end : 0) + (s[n].to - s[n].from) - s[n].len;
         if (scratch + more > BATCH_SCRATCH) break;
@@ -1406,6 +1469,10 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
     r->m = 0;
     small_rd *sb = m ? malloc((BATCH_IOV / 4) * sizeof *sb) : NULL;
     for (size_t j = 0; j < m && !rc;) {
+        if (op[j].handed) { /* its owner copies it into place */
+            j++;
+            continue;
+        }
         size_t nb = sb ? small_batch(ck, w, op, m, j, sb) : 0;
         if (nb > 1) {
             rc = read_small_batch(ck, sb, nb);

@@ -58,6 +58,14 @@ typedef struct ck_file {
 /* A model the thread-ranks of one load read together (ckpt_share): the last close frees it. */
 typedef struct ck_shared ck_shared;
 
+/* A run of an item this rank checks that another thread rank of the load wants: the item's owner
+ * copies it into that rank's buffer once the item is checked, so the other rank reads nothing of it. */
+typedef struct ck_hand {
+    size_t ei, ci;
+    uint64_t run, len;              /* the run's file offset and length, inside the item */
+    uint8_t *dst;
+} ck_hand;
+
 struct sck_ckpt {
     char *dir;
     ck_meta m;                      /* read-only once built; owned unless `shared` */
@@ -94,6 +102,9 @@ struct sck_ckpt {
     int rank, nranks;               /* this reader among a load's ranks (0 of 1 outside a load) */
     int one_cache;                  /* the load's ranks share one page cache (thread ranks): what one
                                      * reads, the others then find there (load_checks' owners) */
+    ck_hand *hands;                 /* by (ei, ci): other thread ranks' runs of items this rank checks,
+                                     * copied into their buffers once checked (load_handoff.h) */
+    size_t nhands;
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
                                      * against it (sck_ckpt_verify), rather than trusting them */
@@ -167,6 +178,7 @@ int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
  * returns. */
 typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
     uint32_t file;
+    uint8_t handed;                 /* the item's owner copies it into place (load_handoff.h): skip it */
     uint64_t off;                   /* the item's file and offset: the reading order */
     size_t k, ci;
     uint64_t elems;                 /* elements in the overlap */
@@ -176,6 +188,10 @@ typedef struct ck_reads {
     size_t m;
 } ck_reads;
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);
+/* Whether want's overlap with chunk ci of entry ei is one run of a small item of ours (the model
+ * cache knows its payload: row-major, little-endian) that lies inside the item, and where: *run (file
+ * offset), *len, *dst_off (into the want's buffer). */
+int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off);
 int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "crc32c.h"
+#include "load_handoff.h"
 
 /* One checksummed overlap this rank reads: op j of the planned reads, in item g. */
 typedef struct lc_rec {
@@ -379,7 +380,7 @@ static int files_disjoint(sck_comm *comm, const sck_ckpt *ck, const ck_reads *r,
     return rc;
 }
 
-int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local) {
+int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     int disjoint = 0, agreed = files_disjoint(comm, ck, r, local, &disjoint);
@@ -408,6 +409,7 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r,
     free(all);
     free(counts);
     free(cur);
+    if (!rc && comm_in_process(comm)) rc = lc_handoff(comm, ck, w, r, SCK_OK);
     return rc;
 }
 

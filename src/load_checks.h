@@ -47,8 +47,9 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
  * with verification off (ck->verify 0) needs nothing checked and owns nothing.  w, r: as for lc_needs
  * (a load that will fail its checks plans no reads and sends an empty list).  local: a failure of
  * this rank's planning (SCK_ERR_NOMEM), with which it takes part.  Returns the agreed status:
- * SCK_ERR_NOMEM or a communicator error from any rank, SCK_ERR_FORMAT for a malformed list. */
-int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, const ck_reads *r, int local);
+ * SCK_ERR_NOMEM or a communicator error from any rank, SCK_ERR_FORMAT for a malformed list.  Thread
+ * ranks then plan their hand-overs (lc_handoff: two more collectives). */
+int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local);
 
 /* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has
  * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): rank r

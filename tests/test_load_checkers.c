@@ -462,13 +462,14 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
     teardown(&g);
 }
 
-/* Small items (v's 128 KiB row blocks) are not combined: each one's owner reads it whole through a
- * read window and checks it, and a rank reading part of one it does not own reads only its runs, not
- * the window around them.  Thread ranks share one page cache, so a small item's owner is the rank
- * whose part of the files holds it (load_checks.c's part_owner): v's first item, at the start of file
- * 0, goes to rank 0; its second, at the start of file 1, halfway through the files, to rank 1 (not to
- * rank 2, which needs more of it).  Rank 2 owns neither and reads rows 42..63 of the second. */
-TEST(load_checks_small_items_non_owner_reads_only_its_rows) {
+/* Small items (v's 128 KiB row blocks) are not combined: each one's owner reads it whole and checks
+ * it.  Thread ranks share one page cache, so a small item's owner is the rank whose part of the files
+ * holds it (load_checks.c's part_owner): v's first item, at the start of file 0, goes to rank 0; its
+ * second, at the start of file 1, halfway through the files, to rank 1 (not to rank 2, which needs
+ * more of it).  Rank 2 owns neither and wants rows 42..63 of the second: thread ranks share an address
+ * space, so rank 1 copies them into rank 2's buffer once it has checked the item (load_handoff.h),
+ * and rank 2 reads nothing of v at all, yet holds the right rows. */
+TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
@@ -478,8 +479,9 @@ TEST(load_checks_small_items_non_owner_reads_only_its_rows) {
     load_with(&g, 3);
     expect_all_ok(&g, 3);
     /* w's items are large and combined: rank 2 reads its rows of w on the read-ahead thread, and as
-     * the owner of w's second item the 64 KiB at each end of it (the gaps nobody else reads). */
-    uint64_t want2 = (uint64_t)(VR - VR * 2 / 3) * ROW + 2 * (uint64_t)HEAD;
+     * the owner of w's second item the 64 KiB at each end of it (the gaps nobody else reads); of v,
+     * nothing (it read rows 42..63, (VR - VR * 2 / 3) * ROW bytes more, before the hand-over). */
+    uint64_t want2 = 2 * (uint64_t)HEAD;
     CHECK(g.rchar[2] == want2);
     if (g.rchar[2] != want2) fprintf(stderr, "  rank 2 read %llu bytes, not %llu\n", (unsigned long long)g.rchar[2], (unsigned long long)want2);
     CHECK(g.rchar[1] >= (uint64_t)(VR / 2) * ROW); /* the owner of v's second item read all of it */

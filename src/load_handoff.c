@@ -1,0 +1,103 @@
+/* load_handoff.c - thread ranks hand each other the runs of small items they both read (see load_handoff.h). */
+#include "load_handoff.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct lh_view {        /* what one rank shows the others: valid until the load's end */
+    sck_ckpt *ck;
+    const ck_want *w;
+    ck_reads *r;
+} lh_view;
+
+static int op_before(const read_op *o, uint32_t file, uint64_t off) { return o->file < file || (o->file == file && o->off < off); }
+
+/* First op at or after (file, off) in the sorted op[lo, hi). */
+static size_t lower(const read_op *op, size_t lo, size_t hi, uint32_t file, uint64_t off) {
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (op_before(&op[mid], file, off)) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+/* The ops are in file order, rotated to start at the rank's share (ckpt_plan_reads): two sorted runs,
+ * the second from the returned index. */
+static size_t rotation(const read_op *op, size_t m) {
+    for (size_t i = 1; i < m; i++)
+        if (op_before(&op[i], op[i - 1].file, op[i - 1].off)) return i;
+    return m;
+}
+
+static int cmp_hand(const void *a, const void *b) {
+    const ck_hand *x = a, *y = b;
+    if (x->ei != y->ei) return x->ei < y->ei ? -1 : 1;
+    return x->ci < y->ci ? -1 : x->ci > y->ci;
+}
+
+/* 1 if rank q's ck says another rank checks item (ei, ci). */
+static int peer_checked(const sck_ckpt *q, size_t ei, size_t ci) {
+    return q->peer_checks && q->peer_checks[ei] && q->peer_checks[ei][ci] == 1;
+}
+
+/* Lists the hand-overs of the items this rank checks; marks the other ranks' ops. */
+static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
+    const ck_reads *r = v[me].r;
+    size_t *split = calloc((size_t)nranks, sizeof *split), cap = 0;
+    if (!split) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
+    for (int q = 0; q < nranks; q++) split[q] = rotation(v[q].r->op, v[q].r->m);
+    int rc = SCK_OK;
+    for (size_t j = 0; j < r->m && !rc; j++) {
+        const read_op *o = &r->op[j];
+        size_t ei = v[me].w[o->k].ei, ci = o->ci;
+        const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+        if (ck->peer_checks && ck->peer_checks[ei] && ck->peer_checks[ei][ci]) continue; /* not this rank's to check */
+        if (c->length > SMALL_ITEM || !c->has_crc) continue;
+        for (int q = 0; q < nranks && !rc; q++) {
+            if (q == me || !peer_checked(v[q].ck, ei, ci)) continue;
+            read_op *qo = v[q].r->op;
+            size_t qm = v[q].r->m, runs[2][2] = {{0, split[q]}, {split[q], qm}};
+            for (int h = 0; h < 2 && !rc; h++) {
+                for (size_t i = lower(qo, runs[h][0], runs[h][1], o->file, o->off); i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
+                    const ck_want *x = &v[q].w[qo[i].k];
+                    uint64_t run, len, doff;
+                    if (qo[i].handed || x->ei != ei || qo[i].ci != ci || !ckpt_single_run(ck, ei, ci, x->box, &run, &len, &doff)) continue;
+                    if (ck->nhands == cap) {
+                        size_t nc = cap ? 2 * cap : 256;
+                        ck_hand *p = realloc(ck->hands, nc * sizeof *p);
+                        if (!p) {
+                            rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
+                            break;
+                        }
+                        ck->hands = p, cap = nc;
+                    }
+                    ck->hands[ck->nhands++] = (ck_hand){ei, ci, run, len, (uint8_t *)x->dst + doff};
+                    qo[i].handed = 1;
+                }
+            }
+        }
+    }
+    free(split);
+    if (!rc && ck->nhands > 1) qsort(ck->hands, ck->nhands, sizeof *ck->hands, cmp_hand);
+    return rc;
+}
+
+int lc_handoff(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local) {
+    lh_view mine = {ck, w, r};
+    size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+    if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
+    void *all = NULL;
+    int rc = counts ? comm_agree_gather(comm, local, &mine, sizeof mine, &all, counts) : comm_agree(comm, local);
+    if (rc) {
+        free(counts);
+        return rc;
+    }
+    for (int q = 0; q < comm->size && !local; q++)
+        if (counts[q] != sizeof mine) local = sck_err(SCK_ERR_INVALID_ARG, "%s: rank %d is not a thread of this load", ck->dir, q);
+    /* A rank that checks nothing (verification off) owns no item and lists nothing. */
+    if (!local && ck->verify && !ck->plan_failed) local = plan(ck, all, comm->size, comm->rank);
+    free(all);
+    free(counts);
+    return comm_agree(comm, local);
+}

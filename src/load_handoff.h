@@ -1,0 +1,22 @@
+/* load_handoff.h - thread ranks hand each other the runs of small items they both read.
+ *
+ * On a resharded load two ranks often read parts of one small item: its owner (load_checks.h) reads it
+ * whole to check it, and the other rank used to read its run again from the page cache, batched with
+ * the bytes between its runs (about twice the files' bytes copied out at 2 -> 3).  Thread ranks share
+ * an address space, so the owner copies the other rank's run into that rank's buffer once the item is
+ * checked, and the other rank skips the read.  A load fails on every rank if the owner's read or check
+ * fails, as before; the final agreement orders every copy before any rank returns. */
+#ifndef SCK_LOAD_HANDOFF_H
+#define SCK_LOAD_HANDOFF_H
+
+#include "ckpt.h"
+#include "comm.h"
+
+/* Collective, for thread ranks (comm_in_process) after lc_assign marked the items other ranks check:
+ * one comm_agree_gather of each rank's (ck, w, r), then each owner lists in ck->hands the other ranks'
+ * single runs of the small items it checks (ckpt_single_run) and marks their read ops `handed`, then
+ * one comm_agree before anyone reads.  local: this rank's failure so far, with which it takes part.
+ * Returns the agreed status (SCK_ERR_NOMEM, or any rank's). */
+int lc_handoff(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local);
+
+#endif
