@@ -1178,7 +1178,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
     run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
-    int peer = ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
+    int peer = ckpt_peer_mark(ck, ei, ci);
     ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
     int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
@@ -1300,7 +1300,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     size_t ci = o->ci;
     const ck_entry *e = &ck->m.e[x->ei];
     const ck_chunk *c = &e->chunks[ci];
-    int peer = ck->peer_checks && ck->peer_checks[x->ei] ? ck->peer_checks[x->ei][ci] : 0;
+    int peer = ckpt_peer_mark(ck, x->ei, ci);
     if (c->length > SMALL_ITEM || c->transformed || peer > 1 || (peer && !ck->one_cache)) return 0;
     if (!peer && (!ck->verify || !c->has_crc)) return 0;
     ck_res *r = NULL;

@@ -110,6 +110,11 @@ struct sck_ckpt {
                                      * against it (sck_ckpt_verify), rather than trusting them */
 };
 
+/* ck->peer_checks for item (ei, ci): 0 (this rank checks it, or no table), 1 or 2. */
+static inline int ckpt_peer_mark(const sck_ckpt *ck, size_t ei, size_t ci) {
+    return ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
+}
+
 /* Where ck_ov_begin starts on entry e: a same-layout load's rank r wants what rank r of as many saved. */
 static inline size_t ckpt_chunk_hint(const sck_ckpt *ck, const ck_entry *e) {
     return e->nchunks * (size_t)ck->rank / (size_t)(ck->nranks > 0 ? ck->nranks : 1);

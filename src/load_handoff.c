@@ -36,11 +36,6 @@ static int cmp_hand(const void *a, const void *b) {
     return x->ci < y->ci ? -1 : x->ci > y->ci;
 }
 
-/* 1 if rank q's ck says another rank checks item (ei, ci). */
-static int peer_checked(const sck_ckpt *q, size_t ei, size_t ci) {
-    return q->peer_checks && q->peer_checks[ei] && q->peer_checks[ei][ci] == 1;
-}
-
 /* Lists the hand-overs of the items this rank checks; marks the other ranks' ops. */
 static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     const ck_reads *r = v[me].r;
@@ -52,10 +47,10 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
         const read_op *o = &r->op[j];
         size_t ei = v[me].w[o->k].ei, ci = o->ci;
         const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-        if (ck->peer_checks && ck->peer_checks[ei] && ck->peer_checks[ei][ci]) continue; /* not this rank's to check */
+        if (ckpt_peer_mark(ck, ei, ci)) continue; /* not this rank's to check */
         if (c->length > SMALL_ITEM || !c->has_crc) continue;
         for (int q = 0; q < nranks && !rc; q++) {
-            if (q == me || !peer_checked(v[q].ck, ei, ci)) continue;
+            if (q == me || ckpt_peer_mark(v[q].ck, ei, ci) != 1) continue; /* q reads its runs, another rank checks */
             read_op *qo = v[q].r->op;
             size_t qm = v[q].r->m, runs[2][2] = {{0, split[q]}, {split[q], qm}};
             for (int h = 0; h < 2 && !rc; h++) {
