@@ -1104,6 +1104,26 @@ static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int lo
     return !page_cached(ck->files[c->file].fd, c->offset + c->length / 2);
 }
 
+/* preadv until all of iov is read (advancing it), or an error or the end of the file; an error names
+ * the item chunk ci of entry ei (formatted only then). */
+static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct iovec *iov, int n, uint64_t off) {
+    while (n > 0) {
+        ssize_t got = preadv(fd, iov, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+            int err = errno;
+            char what[4600];
+            item_what(ck, &ck->m.e[ei], &ck->m.e[ei].chunks[ci], what, sizeof what);
+            if (got < 0) return sck_err_errno(SCK_ERR_IO, err, "%s: read at offset %llu failed", what, (unsigned long long)off);
+            return sck_err(SCK_ERR_FORMAT, "%s: truncated at offset %llu", what, (unsigned long long)off);
+        }
+        off += (uint64_t)got;
+        while (n > 0 && (size_t)got >= iov->iov_len) got -= (ssize_t)iov->iov_len, iov++, n--;
+        if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + got, iov->iov_len -= (size_t)got;
+    }
+    return SCK_OK;
+}
+
 int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
@@ -1145,10 +1165,8 @@ static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p
     const ck_hand *h = ck->nhands ? hands_of(ck, ei, ci, &n) : NULL;
     for (size_t i = 0; h && i < n; i++) {
         if (!p) {
-            char what[4600];
-            const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-            item_what(ck, &ck->m.e[ei], c, what, sizeof what);
-            int rc = sck_pread_full(ck->files[c->file].fd, h[i].dst, h[i].len, h[i].run, what);
+            struct iovec v = {h[i].dst, (size_t)h[i].len};
+            int rc = preadv_full(ck, ei, ci, ck->files[ck->m.e[ei].chunks[ci].file].fd, &v, 1, h[i].run);
             if (rc) return rc;
             continue;
         }
@@ -1328,25 +1346,6 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     return 1;
 }
 
-/* preadv until all of iov is read (advancing it), or an error or the end of the file; an error names
- * the item chunk ci of entry ei (formatted only then). */
-static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct iovec *iov, int n, uint64_t off) {
-    while (n > 0) {
-        ssize_t got = preadv(fd, iov, n, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            int err = errno;
-            char what[4600];
-            item_what(ck, &ck->m.e[ei], &ck->m.e[ei].chunks[ci], what, sizeof what);
-            if (got < 0) return sck_err_errno(SCK_ERR_IO, err, "%s: read at offset %llu failed", what, (unsigned long long)off);
-            return sck_err(SCK_ERR_FORMAT, "%s: truncated at offset %llu", what, (unsigned long long)off);
-        }
-        off += (uint64_t)got;
-        while (n > 0 && (size_t)got >= iov->iov_len) got -= (ssize_t)iov->iov_len, iov++, n--;
-        if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + got, iov->iov_len -= (size_t)got;
-    }
-    return SCK_OK;
-}
 
 /* Small items back to back in one file, read by one preadv: each run straight into its destination,
  * every other byte (headers, trailers, short gaps) into ck->scratch, then each item this rank checks
