@@ -83,23 +83,11 @@ int io_ftruncate(int fd, uint64_t size, const char *path) {
     return hooked(IO_TRUNCATE, path) ? -1 : ftruncate(fd, (off_t)size);
 }
 
-/* pwrite looping over short writes; one hook call per request. */
+/* pwrite looping over short writes (the kernel moves at most about 2 GiB a call); one hook call per
+ * request. */
 int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path) {
-    if (hooked(IO_PWRITE, path)) return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %zu bytes at offset %llu failed", path, n, (unsigned long long)off);
-    const uint8_t *p = buf;
-    while (n > 0) {
-        size_t k = n > (1u << 30) ? (size_t)1u << 30 : n;
-        ssize_t w = pwrite(fd, p, k, (off_t)off);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0) {
-            int e = w < 0 ? errno : ENOSPC;
-            return sck_err_errno(SCK_ERR_IO, e, "%s: write of %zu bytes at offset %llu failed", path, n, (unsigned long long)off);
-        }
-        p += w;
-        n -= (size_t)w;
-        off += (uint64_t)w;
-    }
-    return SCK_OK;
+    struct iovec v = {(void *)(uintptr_t)buf, n};
+    return io_pwritev_full(fd, &v, 1, off, path);
 }
 
 int io_pwritev_full(int fd, struct iovec *iov, int niov, uint64_t off, const char *path) {
