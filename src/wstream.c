@@ -313,7 +313,6 @@ uint64_t ws_copied(const wstream *w) { return w->copied; }
 
 int ws_is_direct(const wstream *w) { return w->direct; }
 
-/* Stops and joins the writer (after the queue drains, or at once when hard), then releases everything. */
 /* Asks the writer to stop: once the queue is drained (1, and then it ends the file) or after its
  * current write (2). */
 static void ask_stop(wstream *w, int how) {
@@ -323,6 +322,8 @@ static void ask_stop(wstream *w, int how) {
     pthread_mutex_unlock(&w->mu);
 }
 
+/* Stops and joins the writer (after the queue drains and it has ended the file, or at once when hard),
+ * then releases everything. */
 static int finish(wstream *w, int hard) {
     if (w->started) {
         ask_stop(w, hard ? 2 : 1);
@@ -330,7 +331,6 @@ static int finish(wstream *w, int hard) {
     }
     int rc = w->status;
     if (rc) sck_err_set_raw(w->errmsg);
-    else if (!w->started && !hard && w->fd >= 0) rc = end_file(w);
     if (w->fd >= 0) {
         if (hard) close(w->fd); /* an error path must never fail again */
         else if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
