@@ -194,7 +194,6 @@ int save_prepare_items(save_job *j, const sck_state *st) {
             rc = ti_encode_tensor_pkl(&j->pkls, se->dtype, se->ndim, pc->box.size);
             if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
             last = se, last_box = &pc->box, last_off = at, last_len = j->pkls.len - at;
-            last_crc = rc ? 0 : sck_crc32(0, j->pkls.data + at, last_len);
         } else if (se->kind == ENT_BLOB) {
             /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
             sck_value *b = sck_value_bytes(se->blob, se->blob_n);
@@ -205,8 +204,8 @@ int save_prepare_items(save_job *j, const sck_state *st) {
         }
         s->pkl_off = at;
         s->pkl_len = j->pkls.len - at;
-        if (se->kind == ENT_TENSOR) s->pkl_crc = last_crc;
-        else if (!rc) s->pkl_crc = sck_crc32(0, j->pkls.data + at, s->pkl_len);
+        s->pkl_crc = rc ? 0 : sck_crc32(0, j->pkls.data + at, s->pkl_len);
+        if (se->kind == ENT_TENSOR) last_crc = s->pkl_crc;
     }
     return rc;
 }
