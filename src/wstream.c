@@ -17,13 +17,14 @@
 #define WS_BATCH (4u << 20)   /* buffered mode: a batch goes to the writer once it spans this many bytes */
 #define WS_HUGE_AFTER (2u << 20) /* a staging buffer filled past this gets huge pages */
 
-/* One write: a batch (a staging buffer's list of pieces: bytes copied into it and, in buffered mode,
- * small pieces by reference, written with one pwritev), or one large piece by reference. */
+/* One write: a batch (pieces listed in its staging buffer's list: bytes copied into the buffer and,
+ * in buffered mode, small pieces by reference, written with one pwritev), or one large piece by
+ * reference. */
 typedef struct ws_op {
     const uint8_t *p;      /* the piece by reference (buf < 0) */
     uint64_t off, len;
-    int buf;               /* the batch's staging buffer, given back after the write, or -1 */
-    int niov;              /* pieces in iov[buf] */
+    int buf;               /* the batch's staging buffer, or -1 */
+    int iov0, niov;        /* its pieces: iov[buf][iov0 .. iov0 + niov) */
 } ws_op;
 
 struct wstream {
@@ -33,21 +34,28 @@ struct wstream {
     int reserved;          /* blocks were reserved past the end: trim them at close */
     uint64_t pos;          /* bytes appended */
 
-    /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread.  Each
-     * buffer carries the list of pieces of the batch it belongs to. */
+    /* staging: buffers are mapped on first use; `cur` is being filled by the caller's thread.  A
+     * buffer holds several batches in turn (each a run of its bytes and of its list of pieces): a
+     * batch goes to the writer when a large piece by reference comes, and the next one fills the
+     * buffer on from there, so that a caller whose headers go between large pieces does not wait
+     * for the writer to give a buffer back after each of them.  A buffer is free again once the
+     * caller has left it (full, or at close) and the writer has written each of its batches. */
     uint8_t **bufs;
     uint8_t *huge;         /* per buffer: advised to use huge pages */
     struct iovec **iov;    /* WS_IOV_MAX pieces per buffer */
+    int *holds;            /* per buffer: its batches not yet written, plus 1 while it is `cur` (under mu) */
     unsigned nbufs;
     uint64_t stage;
     ws_pool *pool;         /* where bufs came from and go back to, or NULL */
     int *free_list;
     unsigned nfree;
     int cur;
-    uint64_t cur_len;      /* bytes copied into bufs[cur] */
-    uint64_t cur_bytes;    /* bytes the batch writes (copied and by reference) */
-    int cur_niov;
+    uint64_t cur_len;      /* bytes copied into bufs[cur], all its batches */
+    uint64_t cur_bytes;    /* bytes the current batch writes (copied and by reference) */
+    int cur_iov0;          /* the current batch's first piece in iov[cur] */
+    int cur_niov;          /* its pieces */
     uint64_t copied;       /* bytes copied into staging, all batches */
+    uint64_t waits;        /* times take_buf waited for the writer */
     int closing, close_rc; /* ws_close_start was called, and what it returned */
 
     /* the queue the writer thread drains, guarded by mu */
@@ -75,6 +83,13 @@ static void set_error(wstream *w, int rc) {
         snprintf(w->errmsg, sizeof w->errmsg, "%s", sck_last_error());
     }
     pthread_mutex_unlock(&w->mu);
+}
+
+/* Ends one hold on staging buffer b (under mu): the last one makes it free again. */
+static void drop_hold(wstream *w, int b) {
+    if (--w->holds[b] > 0) return;
+    w->free_list[w->nfree++] = b;
+    pthread_cond_broadcast(&w->done);
 }
 
 /* Starts writeback of each finished window and waits for the one before it, then drops those pages:
@@ -125,7 +140,7 @@ static void *writer_main(void *arg) {
         pthread_mutex_unlock(&w->mu);
         int rc = SCK_OK;
         if (!skip) {
-            rc = op.buf >= 0 ? io_pwritev_full(w->fd, w->iov[op.buf], op.niov, op.off, w->path)
+            rc = op.buf >= 0 ? io_pwritev_full(w->fd, w->iov[op.buf] + op.iov0, op.niov, op.off, w->path)
                              : io_pwrite_full(w->fd, op.p, (size_t)op.len, op.off, w->path);
             if (!rc) {
                 w->written = op.off + op.len;
@@ -135,8 +150,7 @@ static void *writer_main(void *arg) {
         }
         pthread_mutex_lock(&w->mu);
         w->busy = 0;
-        if (op.buf >= 0) w->free_list[w->nfree++] = op.buf;
-        pthread_cond_broadcast(&w->done);
+        if (op.buf >= 0) drop_hold(w, op.buf);
     }
     /* Closed (not aborted) with every write done: the file's end here too, so that the caller can
      * work meanwhile (ws_close_start). */
@@ -157,10 +171,10 @@ static int writer_error(wstream *w) {
     return w->status;
 }
 
-static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int buf, int niov) {
+/* Queues one write; a batch (buf >= 0) holds its buffer until it is written. */
+static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int buf, int iov0, int niov) {
     pthread_mutex_lock(&w->mu);
     if (w->status) {
-        if (buf >= 0) w->free_list[w->nfree++] = buf;
         int rc = writer_error(w);
         pthread_mutex_unlock(&w->mu);
         return rc;
@@ -169,7 +183,6 @@ static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int 
         size_t cap = w->qcap ? 2 * w->qcap : 64;
         ws_op *q = malloc(cap * sizeof *q);
         if (!q) {
-            if (buf >= 0) w->free_list[w->nfree++] = buf;
             pthread_mutex_unlock(&w->mu);
             return sck_err(SCK_ERR_NOMEM, "%s: out of memory queueing a write", w->path);
         }
@@ -179,8 +192,9 @@ static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int 
         w->qcap = cap;
         w->qhead = 0;
     }
-    w->q[(w->qhead + w->qlen) % w->qcap] = (ws_op){p, off, len, buf, niov};
+    w->q[(w->qhead + w->qlen) % w->qcap] = (ws_op){p, off, len, buf, iov0, niov};
     w->qlen++;
+    if (buf >= 0) w->holds[buf]++;
     pthread_cond_signal(&w->work);
     pthread_mutex_unlock(&w->mu);
     return SCK_OK;
@@ -189,6 +203,7 @@ static int submit(wstream *w, const uint8_t *p, uint64_t off, uint64_t len, int 
 /* Takes a free staging buffer, waiting for the writer to return one. */
 static int take_buf(wstream *w) {
     pthread_mutex_lock(&w->mu);
+    w->waits += !w->nfree && !w->status;
     while (!w->nfree && !w->status) pthread_cond_wait(&w->done, &w->mu);
     if (w->status) {
         int rc = writer_error(w);
@@ -196,11 +211,13 @@ static int take_buf(wstream *w) {
         return rc;
     }
     int b = w->free_list[--w->nfree];
+    w->holds[b] = 1; /* the caller's */
     pthread_mutex_unlock(&w->mu);
     if (!w->bufs[b]) {
         void *m = mmap(NULL, w->stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) {
             pthread_mutex_lock(&w->mu);
+            w->holds[b] = 0;
             w->free_list[w->nfree++] = b;
             pthread_mutex_unlock(&w->mu);
             return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a %llu-byte staging buffer", w->path, (unsigned long long)w->stage);
@@ -211,43 +228,53 @@ static int take_buf(wstream *w) {
     w->cur = b;
     w->cur_len = 0;
     w->cur_bytes = 0;
+    w->cur_iov0 = 0;
     w->cur_niov = 0;
     return SCK_OK;
 }
 
-/* Hands the current batch to the writer; in direct mode (where a batch is only its staging buffer)
- * its length is padded to WS_ALIGN (only at close: everywhere else it is already aligned). */
-static int flush_cur(wstream *w) {
-    if (w->cur < 0) return SCK_OK;
-    int b = w->cur, niov = w->cur_niov;
+/* Hands the current batch to the writer, if it has anything; the next batch fills the buffer on.  In
+ * direct mode (where a batch is only staged bytes) its length is padded to WS_ALIGN (only at close:
+ * everywhere else it is already aligned, so each batch starts aligned in the buffer too). */
+static int flush_batch(wstream *w) {
+    if (w->cur < 0 || w->cur_bytes == 0) return SCK_OK;
+    int b = w->cur, iov0 = w->cur_iov0, niov = w->cur_niov;
     uint64_t len = w->cur_bytes, off = w->pos - w->cur_bytes;
-    w->cur = -1;
-    w->cur_len = w->cur_bytes = 0;
-    w->cur_niov = 0;
-    if (len == 0) {
-        pthread_mutex_lock(&w->mu);
-        w->free_list[w->nfree++] = b;
-        pthread_mutex_unlock(&w->mu);
-        return SCK_OK;
-    }
     if (w->direct && len % WS_ALIGN) {
         uint64_t pad = WS_ALIGN - len % WS_ALIGN;
-        memset(w->bufs[b] + len, 0, pad);
-        w->iov[b][niov - 1].iov_len += pad;
+        memset(w->bufs[b] + w->cur_len, 0, pad);
+        w->iov[b][iov0 + niov - 1].iov_len += pad;
+        w->cur_len += pad;
         len += pad;
     }
-    return submit(w, NULL, off, len, b, niov);
+    w->cur_iov0 += niov;
+    w->cur_niov = 0;
+    w->cur_bytes = 0;
+    return submit(w, NULL, off, len, b, iov0, niov);
 }
 
-/* Whether the current batch is full (then it goes to the writer at once): its list, its staging
- * buffer, or (buffered) the bytes it spans. */
-static int batch_full(const wstream *w) {
-    return w->cur_niov == WS_IOV_MAX || w->cur_len == w->stage || (!w->direct && w->cur_bytes >= WS_BATCH);
+/* Hands the current batch to the writer and leaves its buffer, which is free again once written. */
+static int flush_cur(wstream *w) {
+    if (w->cur < 0) return SCK_OK;
+    int rc = flush_batch(w);
+    pthread_mutex_lock(&w->mu);
+    drop_hold(w, w->cur);
+    pthread_mutex_unlock(&w->mu);
+    w->cur = -1;
+    return rc;
 }
 
-/* Adds n bytes at p to the current batch's pieces, extending the last piece where p continues it. */
+/* After a piece was added: the batch goes to the writer once its buffer is full (list of pieces or
+ * bytes: then the buffer is left) or (buffered) it spans WS_BATCH bytes. */
+static int after_piece(wstream *w) {
+    if (w->cur_iov0 + w->cur_niov == WS_IOV_MAX || w->cur_len == w->stage) return flush_cur(w);
+    if (!w->direct && w->cur_bytes >= WS_BATCH) return flush_batch(w);
+    return SCK_OK;
+}
+
+/* Adds n bytes at p to the current batch's pieces, extending its last piece where p continues it. */
 static void add_piece(wstream *w, const uint8_t *p, uint64_t n) {
-    struct iovec *v = w->iov[w->cur];
+    struct iovec *v = w->iov[w->cur] + w->cur_iov0;
     int k = w->cur_niov;
     if (k && (const uint8_t *)v[k - 1].iov_base + v[k - 1].iov_len == p) v[k - 1].iov_len += n;
     else v[w->cur_niov++] = (struct iovec){(void *)(uintptr_t)p, n};
@@ -274,7 +301,7 @@ static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
         add_piece(w, d, k);
         p += k;
         n -= k;
-        if (batch_full(w) && (rc = flush_cur(w))) return rc;
+        if ((rc = after_piece(w))) return rc;
     }
     return SCK_OK;
 }
@@ -289,8 +316,8 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
             body = w->pos % WS_ALIGN || (uintptr_t)b % WS_ALIGN ? 0 : n / WS_ALIGN * WS_ALIGN;
         }
         if (body) {
-            rc = flush_cur(w);
-            if (!rc) rc = submit(w, b, w->pos, body, -1, 0);
+            rc = flush_batch(w);
+            if (!rc) rc = submit(w, b, w->pos, body, -1, 0, 0);
             if (rc) return rc;
             w->pos += body;
             b += body;
@@ -302,7 +329,7 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
          * staging buffer on every save. */
         if (w->cur < 0 && (rc = take_buf(w))) return rc;
         add_piece(w, b, n);
-        return batch_full(w) ? flush_cur(w) : SCK_OK;
+        return after_piece(w);
     }
     return copy_in(w, b, n);
 }
@@ -310,6 +337,8 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
 uint64_t ws_pos(const wstream *w) { return w->pos; }
 
 uint64_t ws_copied(const wstream *w) { return w->copied; }
+
+uint64_t ws_waits(const wstream *w) { return w->waits; }
 
 int ws_is_direct(const wstream *w) { return w->direct; }
 
@@ -347,6 +376,7 @@ static int finish(wstream *w, int hard) {
     for (unsigned i = 0; w->iov && i < w->nbufs; i++) free(w->iov[i]);
     free(w->iov);
     free(w->huge);
+    free(w->holds);
     free(w->bufs);
     free(w->free_list);
     free(w->q);
@@ -395,9 +425,10 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
     w->free_list = calloc(w->nbufs, sizeof *w->free_list);
     w->iov = calloc(w->nbufs, sizeof *w->iov);
     w->huge = calloc(w->nbufs, 1);
+    w->holds = calloc(w->nbufs, sizeof *w->holds);
     for (unsigned i = 0; w->iov && i < w->nbufs; i++)
         if (!(w->iov[i] = malloc(WS_IOV_MAX * sizeof **w->iov))) break;
-    if (!w->path || !w->bufs || !w->free_list || !w->huge || !w->iov || !w->iov[w->nbufs - 1]) {
+    if (!w->path || !w->bufs || !w->free_list || !w->huge || !w->holds || !w->iov || !w->iov[w->nbufs - 1]) {
         finish(w, 1);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }

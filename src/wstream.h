@@ -60,6 +60,8 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref);
 uint64_t ws_pos(const wstream *w);
 /* Bytes copied into staging buffers so far. */
 uint64_t ws_copied(const wstream *w);
+/* Times the caller has waited for the writer to give a staging buffer back. */
+uint64_t ws_waits(const wstream *w);
 /* 1 if the file is being written with O_DIRECT. */
 int ws_is_direct(const wstream *w);
 /* Hands what is staged to the writer and asks it to finish the file on its own thread (the last

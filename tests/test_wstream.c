@@ -8,8 +8,10 @@
 #include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "harness.h"
+#include "io_hook.h"
 #include "wstream.h"
 
 static uint8_t *read_all(const char *path, size_t *n) {
@@ -151,6 +153,54 @@ static void check_small_pieces(int direct) {
 
 TEST(wstream_buffered_small_pieces_go_by_reference_in_batches) { check_small_pieces(0); }
 TEST(wstream_direct_small_pieces_are_copied) { check_small_pieces(1); }
+
+/* A test hook that makes every write of the writer thread slow (1 ms). */
+static int slow_writes(void *ctx, io_kind kind, const char *path) {
+    (void)ctx, (void)path;
+    if (kind == IO_PWRITE) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    return 0;
+}
+
+/* Headers copied between large pieces by reference, as a save of big tensors appends them, with a
+ * slow writer: a staging buffer takes batch after batch (each handed over when a large piece comes),
+ * so the caller never waits for the writer to give one back, where it used to wait at every other
+ * piece; with small buffers they roll over, and the file is byte-exact either way. */
+static void check_headers_between_large_pieces(int direct, uint64_t stage, int expect_no_wait) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/hdrs%d.bin", th_tmpdir(), direct);
+    size_t piece = 256u << 10, items = 40, cap = items * (piece + 8192);
+    uint8_t *src = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *want = malloc(cap);
+    REQUIRE(src != MAP_FAILED && want);
+    th_fill(src, cap, 31 + (uint64_t)direct);
+    io_hook_set(slow_writes, NULL);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){stage, 2, direct, 0, 0, NULL}));
+    size_t n = 0;
+    for (size_t i = 0; i < items; i++) {
+        /* a header that pads the file to the next page, so the piece goes by reference in both modes */
+        size_t hdr = WS_ALIGN - n % WS_ALIGN + (i % 3 ? 0 : WS_ALIGN), from = i * (piece + 8192);
+        CHECK_OK(ws_append(w, src + from, hdr, 0));
+        memcpy(want + n, src + from, hdr), n += hdr;
+        CHECK_OK(ws_append(w, src + from + 4096, piece, 1));
+        memcpy(want + n, src + from + 4096, piece), n += piece;
+    }
+    CHECK_OK(ws_append(w, src, 100, 0)); /* an unaligned tail */
+    memcpy(want + n, src, 100), n += 100;
+    if (expect_no_wait) CHECK(ws_waits(w) == 0);
+    CHECK_OK(ws_close(w));
+    io_hook_set(NULL, NULL);
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
+    free(got);
+    free(want);
+    munmap(src, cap);
+}
+
+TEST(wstream_buffered_headers_between_large_pieces_share_a_buffer) { check_headers_between_large_pieces(0, 1 << 20, 1); }
+TEST(wstream_direct_headers_between_large_pieces_share_a_buffer) { check_headers_between_large_pieces(1, 1 << 20, 1); }
+TEST(wstream_direct_headers_roll_over_small_buffers) { check_headers_between_large_pieces(1, 16 << 10, 0); }
 
 TEST(wstream_open_error_names_path) {
     const char *dir = th_tmpdir();
