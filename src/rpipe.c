@@ -12,19 +12,28 @@
  * small (RP_DST_SLICE): the kernel's read-ahead keeps the disk busy between them. */
 #define RP_DIRECT_SLICE (32u << 20)
 
+/* Two helpers, each reading a slice of its own: one read is always in flight while the other's slice
+ * is handed over, so the disk does not wait while the caller is woken (which, on a busy machine, can
+ * take the helper's CPU for as long as the caller checksums). */
+#define RP_HELPERS 2
+
 struct rpipe {
-    pthread_t th;
+    pthread_t th[RP_HELPERS];
+    int nth;                    /* helpers started */
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* every change of state below is broadcast on it */
     int quit;
     /* the current range */
-    int active;                 /* the helper still has work (or has not noticed it is done) */
+    int active;                 /* a range is set (until rp_finish) */
     int stop;                   /* the caller abandoned the range */
+    int inflight;               /* slices being read now */
     int fd, dfd;
     uint64_t off, len, nslices;
     uint64_t sl;                /* slice size of this range */
     uint8_t *dst;
-    uint64_t produced;          /* slices read */
+    uint64_t claimed;           /* slices a helper has taken */
+    uint64_t produced;          /* slices read, all of them from the first on */
+    uint64_t done_after;        /* bit k: slice produced + 1 + k is read too (out of order) */
     uint64_t consumed;          /* slices handed out */
     uint64_t released;          /* slices the caller is done with (own buffers may be reused) */
     int status;
@@ -57,28 +66,40 @@ static uint8_t *slice_target(const rpipe *p, uint64_t i, uint64_t start) {
     return p->dst ? p->dst + (start - p->off) : p->buf[i % 2];
 }
 
+/* Marks slice i read (under mu); slices finish out of order, at most RP_HELPERS apart. */
+static void slice_done(rpipe *p, uint64_t i) {
+    if (i != p->produced) {
+        p->done_after |= 1ull << (i - p->produced - 1);
+        return;
+    }
+    p->produced++;
+    while (p->done_after & 1) {
+        p->done_after >>= 1;
+        p->produced++;
+    }
+    p->done_after >>= 1;
+}
+
 static void *helper_main(void *arg) {
     rpipe *p = arg;
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->quit) break;
-        if (p->active && (p->stop || p->status || p->produced == p->nslices)) {
-            p->active = 0;
-            pthread_cond_broadcast(&p->cv);
-            continue;
-        }
-        if (p->active && (p->dst || p->produced < p->released + 2)) {
-            uint64_t i = p->produced, start, len;
+        /* own buffers: slice i goes where slice i - 2 was, once the caller is done with it */
+        if (p->active && !p->stop && !p->status && p->claimed < p->nslices && (p->dst || p->claimed < p->released + 2)) {
+            uint64_t i = p->claimed++, start, len;
+            p->inflight++;
             slice(p, i, &start, &len);
             uint8_t *t = slice_target(p, i, start);
             pthread_mutex_unlock(&p->mu);
             int rc = read_span(p, t, start, len);
             pthread_mutex_lock(&p->mu);
-            if (rc) {
+            p->inflight--;
+            if (rc && !p->status) {
                 p->status = rc;
                 snprintf(p->errmsg, sizeof p->errmsg, "%s", sck_last_error());
-            } else {
-                p->produced++;
+            } else if (!rc) {
+                slice_done(p, i);
             }
             pthread_cond_broadcast(&p->cv);
             continue;
@@ -102,7 +123,8 @@ int rp_new(rpipe **out) {
         free(p);
         return sck_err(SCK_ERR_NOMEM, "cannot create a read pipe");
     }
-    if (pthread_create(&p->th, NULL, helper_main, p)) {
+    while (p->nth < RP_HELPERS && !pthread_create(&p->th[p->nth], NULL, helper_main, p)) p->nth++;
+    if (!p->nth) { /* one helper is enough to work, only slower */
         pthread_cond_destroy(&p->cv);
         pthread_mutex_destroy(&p->mu);
         free(p);
@@ -118,7 +140,7 @@ void rp_free(rpipe *p) {
     p->quit = 1;
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
-    pthread_join(p->th, NULL);
+    for (int i = 0; i < p->nth; i++) pthread_join(p->th[i], NULL);
     for (int i = 0; i < 2; i++)
         if (p->buf[i]) munmap(p->buf[i], RP_SLICE);
     pthread_cond_destroy(&p->cv);
@@ -129,8 +151,8 @@ void rp_free(rpipe *p) {
 void rp_finish(rpipe *p) {
     pthread_mutex_lock(&p->mu);
     p->stop = 1;
-    pthread_cond_broadcast(&p->cv);
-    while (p->active) pthread_cond_wait(&p->cv, &p->mu);
+    while (p->inflight) pthread_cond_wait(&p->cv, &p->mu); /* no read may land in dst after this */
+    p->active = 0;
     pthread_mutex_unlock(&p->mu);
 }
 
@@ -151,7 +173,8 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
     p->dst = dst;
     p->sl = !dst ? RP_SLICE : p->dfd >= 0 ? RP_DIRECT_SLICE : RP_DST_SLICE;
     p->nslices = len ? (off + len - 1) / p->sl - off / p->sl + 1 : 0;
-    p->produced = p->consumed = p->released = 0;
+    p->claimed = p->produced = p->consumed = p->released = 0;
+    p->done_after = 0;
     p->stop = 0;
     p->status = SCK_OK;
     snprintf(p->what, sizeof p->what, "%s", what);

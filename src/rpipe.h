@@ -1,7 +1,8 @@
 /* rpipe.h - a file range read ahead on a helper thread, slice by slice, so that the caller checksums
  * (or copies out of) one slice while the next is being read: checking a load's data costs no more
  * time than reading it.  Slices go straight into the caller's buffer, or into two rotating buffers of
- * the pipe's own.  One helper thread per pipe, kept for the pipe's life; one range at a time. */
+ * the pipe's own.  Two helper threads per pipe, kept for the pipe's life, each reading a slice of its
+ * own (two reads in flight); one range at a time. */
 #ifndef SCK_RPIPE_H
 #define SCK_RPIPE_H
 
