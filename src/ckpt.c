@@ -130,6 +130,7 @@ static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
     rc_init(&ck->rc);
     ck->verify = 1;
     ck->nranks = 1;
+    ck->advised_off = UINT64_MAX; /* nothing asked for yet */
     *out = ck;
     return SCK_OK;
 }
@@ -858,9 +859,13 @@ static int pipe_begin(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, uint
     return rp_start(ck->rp, stream_fd(ck, c->file), ck->direct ? direct_fd(ck, c->file) : -1, abs, len, d, ird->what);
 }
 
-/* Takes the len bytes of the range pipe_begin started, extending *crc over each slice as it arrives. */
-static int pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *crc) {
+/* Takes the len bytes of the range pipe_begin started, extending *crc over each slice as it arrives;
+ * with `last`, all but the last slice, which is left in *last (in the caller's buffer) for the caller
+ * to checksum. */
+static int pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *crc, const uint8_t **last, uint64_t *last_len) {
     int rc = SCK_OK;
+    const uint8_t *lp = NULL;
+    uint64_t ln = 0;
     for (uint64_t got = 0; got < len;) {
         const uint8_t *p;
         uint64_t n;
@@ -870,39 +875,80 @@ static int pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *cr
                          (unsigned long long)len);
             break;
         }
-        *crc = sck_crc32c(*crc, p, (size_t)n);
+        if (ln) *crc = sck_crc32c(*crc, lp, (size_t)ln);
+        lp = p;
+        ln = n;
         got += n;
     }
-    if (rc) rp_finish(ck->rp);
-    return rc;
+    if (rc) {
+        rp_finish(ck->rp);
+        return rc;
+    }
+    if (last) {
+        *last = lp;
+        *last_len = ln;
+    } else if (ln) {
+        *crc = sck_crc32c(*crc, lp, (size_t)ln);
+    }
+    return SCK_OK;
+}
+
+/* Ends the check left pending (ck->pend): the item's CRC-32C compared, the item marked verified and
+ * handed to the thread ranks that wait for its runs. */
+static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p, const uint64_t *at);
+
+static int finish_pending(sck_ckpt *ck) {
+    ck_pending *q = &ck->pend;
+    if (!q->on) return SCK_OK;
+    q->on = 0;
+    const ck_chunk *c = &ck->m.e[q->ei].chunks[q->ci];
+    uint32_t crc = sck_crc32c_combine(sck_crc32c(q->crc, q->last, (size_t)q->last_len), q->tail_crc, q->tail_len);
+    if (c->has_crc && crc != c->crc32c) return ckpt_crc_mismatch(ck, q->ei, q->ci, crc);
+    ck->res[q->ei][q->ci].verified = 1;
+    return hand_over(ck, q->ei, q->ci, NULL, NULL);
 }
 
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
+static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead);
 
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
  * ahead slice by slice (with O_DIRECT where asked for and aligned) while the slices before are
  * checksummed; the item's other bytes are checksummed around it.  The pipe starts first, so the disk
- * is busy while the item's headers are checksummed and (`ahead`) the next item is asked for. */
-static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len, int ahead) {
+ * is busy while the item's headers are checksummed, (`ahead`) the next item is asked for, and the
+ * item before finishes its check (ck->pend).  This item's last slice is left pending in turn
+ * (*pending = 1): the disk then goes on to the next item while it is checksummed. */
+static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len, int ahead,
+                            int *pending) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    *pending = 0;
     if (!ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
     if (!ck->rp) { /* no thread: read, then check */
+        int rc = finish_pending(ck);
+        if (rc) return rc;
         if (ahead) prefetch_next(ck, c);
-        int rc = read_long(ck, c->file, d, len, abs, ird->what);
+        rc = read_long(ck, c->file, d, len, abs, ird->what);
         return rc ? rc : ckpt_check_item(ck, ei, ci, d, abs, len);
     }
-    uint32_t crc = 0;
+    uint32_t crc = 0, tail = 0;
     int rc = SCK_OK, early = abs - c->offset < PIPE_MIN; /* a longer head is checksummed on the pipe itself */
+    if (!early && (rc = finish_pending(ck))) return rc; /* the head goes through the pipe first */
+    /* The first large item of a run of them: its own headers asked for before its payload's read, or
+     * the reads of its zip directory wait behind it, one after the other (6 to 7 ms each, cold). */
+    if (ahead && (ck->advised_file != c->file || ck->advised_off != c->offset)) advise_headers(ck, c->file, c->offset, c->length, HEAD_BYTES);
     if (!early && (rc = crc_span(ird, c->offset, abs, &crc))) return rc;
     if ((rc = pipe_begin(ck, ird, d, abs, len))) return rc;
     if (ahead) prefetch_next(ck, c);
-    if (early && (rc = crc_span(ird, c->offset, abs, &crc))) {
+    if (early && ((rc = finish_pending(ck)) || (rc = crc_span(ird, c->offset, abs, &crc)))) {
         rp_finish(ck->rp);
         return rc;
     }
-    if ((rc = pipe_drain_crc(ck, ird, len, &crc))) return rc;
-    if ((rc = crc_span(ird, abs + len, c->offset + c->length, &crc))) return rc;
-    return c->has_crc && crc != c->crc32c ? ckpt_crc_mismatch(ck, ei, ci, crc) : SCK_OK;
+    const uint8_t *last;
+    uint64_t last_len, end = c->offset + c->length;
+    if ((rc = pipe_drain_crc(ck, ird, len, &crc, &last, &last_len))) return rc;
+    if ((rc = crc_span(ird, abs + len, end, &tail))) return rc;
+    ck->pend = (ck_pending){1, ei, ci, crc, last, last_len, tail, end - abs - len};
+    *pending = 1;
+    return SCK_OK;
 }
 
 /* Asks the kernel to start reading the head (headers and first MiBs) and the tail (zip directory) of
@@ -912,12 +958,19 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
     size_t at = spans_ready(ck, 1) ? span_at_or_after(ck->spans, ck->nspans, c->file, c->offset + c->length) : ck->nspans;
     if (at >= ck->nspans) return;
     const ck_span *nx = &ck->spans[at];
-    int fd = ck->files[c->file].fd;
     /* Its headers and first slices; with O_DIRECT only the headers: cached pages in the way of a direct
      * read must be written back and dropped first, which would cost more than it saves. */
-    uint64_t ahead = ck->direct ? HEAD_BYTES : PREFETCH_AHEAD, head = nx->len < ahead ? nx->len : ahead;
-    posix_fadvise(fd, (off_t)nx->off, (off_t)head, POSIX_FADV_WILLNEED); /* advice only */
-    if (nx->len > HEAD_BYTES) posix_fadvise(fd, (off_t)(nx->off + nx->len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
+    advise_headers(ck, nx->file, nx->off, nx->len, ck->direct ? HEAD_BYTES : PREFETCH_AHEAD);
+    ck->advised_file = nx->file;
+    ck->advised_off = nx->off;
+}
+
+/* Asks the kernel for the first `ahead` bytes of the item at [off, +len) of file `file` and for its
+ * last HEAD_BYTES (its zip directory). */
+static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead) {
+    int fd = ck->files[file].fd;
+    posix_fadvise(fd, (off_t)off, (off_t)(len < ahead ? len : ahead), POSIX_FADV_WILLNEED); /* advice only */
+    if (len > HEAD_BYTES) posix_fadvise(fd, (off_t)(off + len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
 }
 
 /* The runs of an item another rank checks, and no more of it: long runs straight into the destination;
@@ -1034,7 +1087,7 @@ static int read_run_crc(run_ctx *rx, uint64_t src_off, uint64_t dst_off, uint64_
     int rc;
     *crc = 0;
     if (n >= PIPE_MIN && !ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
-    if (n >= PIPE_MIN && ck->rp) rc = (rc = pipe_begin(ck, rx->ird, d, abs, n)) ? rc : pipe_drain_crc(ck, rx->ird, n, crc);
+    if (n >= PIPE_MIN && ck->rp) rc = (rc = pipe_begin(ck, rx->ird, d, abs, n)) ? rc : pipe_drain_crc(ck, rx->ird, n, crc, NULL, NULL);
     else if (!(rc = read_run_raw(rx, abs, d, n))) *crc = sck_crc32c(0, d, (size_t)n);
     if (!rc && rx->swap) swap_elems(d, n, rx->elem);
     return rc;
@@ -1204,7 +1257,10 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     const int64_t *strides = res_strides(ck, cbox, r, sb);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
-    int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN;
+    int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN, pending = 0;
+    /* The check left pending ends before anything else here writes into a destination; a piped read
+     * ends it once its own read is under way. */
+    if (!piped && (rc = finish_pending(ck))) return rc;
     /* O_DIRECT serves long runs read into dst (one checked run, or unchecked runs); many short runs,
      * and an item checked around several runs, are read through the cache, with its read-ahead. */
     int long_runs = l.n && box_numel(ov) * rx.elem / l.n >= DIRECT_RUN && (piped || !check);
@@ -1234,8 +1290,11 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
      * then only the rest of the item to check it.  Several runs: one pass over the item that checks
      * and copies.  Runs out of file order, or too many to keep: check first, then copy. */
     if (l.n == 1 && !r->swap) {
-        if (piped) rc = read_run_checked(ck, ei, ci, &ird, (uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len, ahead);
-        else if (!(rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len)))
+        if (piped) {
+            rc = read_run_checked(ck, ei, ci, &ird, (uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len, ahead,
+                                  &pending);
+            if (pending) return SCK_OK; /* checked, marked and handed over by finish_pending */
+        } else if (!(rc = copy_run(&rx, l.first_src, l.first_dst, l.first_len)))
             rc = ckpt_check_item(ck, ei, ci, (const uint8_t *)dst + l.first_dst, r->data_off + l.first_src, l.first_len);
         r->verified = !rc;
         return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
@@ -1474,7 +1533,8 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
         }
         size_t nb = sb ? small_batch(ck, w, op, m, j, sb) : 0;
         if (nb > 1) {
-            rc = read_small_batch(ck, sb, nb);
+            rc = finish_pending(ck);
+            if (!rc) rc = read_small_batch(ck, sb, nb);
             j += nb;
             continue;
         }
@@ -1484,6 +1544,8 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
         rc = read_overlap(ck, x->ei, op[j].ci, &cbox, x->box, &ov, x->dst);
         j++;
     }
+    if (!rc) rc = finish_pending(ck);
+    ck->pend.on = 0; /* after an error: nothing is left to check */
     free(sb);
     free(op);
     return rc;

@@ -22,6 +22,19 @@ typedef struct ck_res {
     uint8_t verified;               /* the item's bytes matched its CRC-32C */
 } ck_res;
 
+/* The end of a piped item's check, left for when the next item's read is under way (ckpt.c's
+ * read_run_checked): the CRC-32C of the item so far, its last slice (in the caller's buffer) and the
+ * CRC-32C of the bytes after it. */
+typedef struct ck_pending {
+    int on;
+    size_t ei, ci;
+    uint32_t crc;                   /* of the item's bytes before `last` */
+    const uint8_t *last;
+    uint64_t last_len;
+    uint32_t tail_crc;              /* of the item's bytes after `last` (from 0) */
+    uint64_t tail_len;
+} ck_pending;
+
 /* Where an item lies: the index of items by file and offset finds the one after a given item. */
 typedef struct ck_span {
     uint32_t file;
@@ -85,6 +98,9 @@ struct sck_ckpt {
     uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
+    ck_pending pend;                /* the last check of a piped item, done while the next one is read */
+    uint32_t advised_file;          /* the item whose headers prefetch_next asked for last (file, offset) */
+    uint64_t advised_off;
     ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */
     size_t nspans;
     ck_span *bigs;                  /* the same for items over SMALL_ITEM only */
