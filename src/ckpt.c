@@ -135,8 +135,8 @@ static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
     return SCK_OK;
 }
 
-/* m->file_end and m->item_base, computed once: every rank's reading order and check plan use them,
- * and thread ranks share the model (ckpt_share). */
+/* m->file_end, m->item_base and each chunk's `tail`, computed once: every rank's reading order and
+ * check plan use them, and thread ranks share the model (ckpt_share). */
 static int model_index(const char *dir, ck_meta *m) {
     uint64_t *ext = calloc(m->nfiles ? m->nfiles : 1, sizeof *ext);
     size_t *base = malloc((m->n + 1) * sizeof *base);
@@ -148,9 +148,16 @@ static int model_index(const char *dir, ck_meta *m) {
     base[0] = 0;
     for (size_t i = 0; i < m->n; i++) {
         base[i + 1] = base[i] + m->e[i].nchunks;
-        for (size_t k = 0; k < m->e[i].nchunks; k++) {
-            const ck_chunk *c = &m->e[i].chunks[k];
+        const ck_entry *e = &m->e[i];
+        for (size_t k = 0; k < e->nchunks; k++) {
+            ck_chunk *c = &e->chunks[k];
             if (c->file < m->nfiles && c->offset + c->length > ext[c->file]) ext[c->file] = c->offset + c->length;
+            /* Where our save laid the item out, its headers and zip directory are known to the byte:
+             * reading them costs a page each, not a 64 KiB guess (fill_range, advise_headers). */
+            uint64_t plen = c->payload && !e->is_bytes && e->dtype >= 0 ? sck_dtype_size((sck_dtype)e->dtype) : 0;
+            for (int d = 0; plen && d < e->ndim; d++) plen *= (uint64_t)ck_chunk_size(e, k)[d];
+            c->tail = plen && c->payload + plen < c->length && c->length - c->payload - plen <= UINT32_MAX
+                          ? (uint32_t)(c->length - c->payload - plen) : 0;
         }
     }
     free(m->file_end);
@@ -356,7 +363,7 @@ static int cmp_span(const void *a, const void *b) {
  * `off`; n if there is none. */
 static size_t span_at_or_after(const ck_span *sp, size_t n, uint32_t file, uint64_t off) {
     size_t lo = 0, hi = n;
-    ck_span key = {file, off, 0};
+    ck_span key = {file, 0, off, 0, 0};
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
         if (cmp_span(&sp[mid], &key) < 0) lo = mid + 1;
@@ -378,7 +385,7 @@ static int spans_ready(sck_ckpt *ck, int all) {
     for (size_t i = 0; i < ck->m.n; i++)
         for (size_t k = 0; k < ck->m.e[i].nchunks; k++) {
             const ck_chunk *x = &ck->m.e[i].chunks[k];
-            if (all || x->length > SMALL_ITEM) (*sp)[(*n)++] = (ck_span){x->file, x->offset, x->length};
+            if (all || x->length > SMALL_ITEM) (*sp)[(*n)++] = (ck_span){x->file, x->tail, x->offset, x->length, x->payload};
         }
     qsort(*sp, *n, sizeof **sp, cmp_span);
     return 1;
@@ -396,6 +403,12 @@ static void fill_range(sck_ckpt *ck, const ck_chunk *c, uint64_t fsize, uint64_t
         *hi = fsize - c->offset > RC_CAP ? c->offset + RC_CAP : fsize;
         size_t k = spans_ready(ck, 0) ? span_at_or_after(ck->bigs, ck->nbigs, c->file, end) : ck->nbigs;
         if (k < ck->nbigs && ck->bigs[k].off < *hi) *hi = ck->bigs[k].off;
+    } else if (c->payload && off + n <= c->offset + c->payload) { /* our layout: the headers, exactly */
+        *lo = c->offset;
+        *hi = c->offset + c->payload;
+    } else if (c->tail && off >= end - c->tail) { /* and the zip directory */
+        *lo = end - c->tail;
+        *hi = end;
     } else if (off + n - c->offset <= HEAD_BYTES) {
         *lo = c->offset;
         *hi = c->offset + HEAD_BYTES;
@@ -909,7 +922,7 @@ static int finish_pending(sck_ckpt *ck) {
 }
 
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
-static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead);
+static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead, uint64_t tail);
 
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
  * ahead slice by slice (with O_DIRECT where asked for and aligned) while the slices before are
@@ -934,7 +947,8 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
     if (!early && (rc = finish_pending(ck))) return rc; /* the head goes through the pipe first */
     /* The first large item of a run of them: its own headers asked for before its payload's read, or
      * the reads of its zip directory wait behind it, one after the other (6 to 7 ms each, cold). */
-    if (ahead && (ck->advised_file != c->file || ck->advised_off != c->offset)) advise_headers(ck, c->file, c->offset, c->length, HEAD_BYTES);
+    if (ahead && (ck->advised_file != c->file || ck->advised_off != c->offset))
+        advise_headers(ck, c->file, c->offset, c->length, c->payload ? c->payload : HEAD_BYTES, c->tail ? c->tail : HEAD_BYTES);
     if (!early && (rc = crc_span(ird, c->offset, abs, &crc))) return rc;
     if ((rc = pipe_begin(ck, ird, d, abs, len))) return rc;
     if (ahead) prefetch_next(ck, c);
@@ -960,17 +974,20 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
     const ck_span *nx = &ck->spans[at];
     /* Its headers and first slices; with O_DIRECT only the headers: cached pages in the way of a direct
      * read must be written back and dropped first, which would cost more than it saves. */
-    advise_headers(ck, nx->file, nx->off, nx->len, ck->direct ? HEAD_BYTES : PREFETCH_AHEAD);
+    advise_headers(ck, nx->file, nx->off, nx->len, !ck->direct ? PREFETCH_AHEAD : nx->head ? nx->head : HEAD_BYTES,
+                   nx->tail ? nx->tail : HEAD_BYTES);
     ck->advised_file = nx->file;
     ck->advised_off = nx->off;
 }
 
 /* Asks the kernel for the first `ahead` bytes of the item at [off, +len) of file `file` and for its
- * last HEAD_BYTES (its zip directory). */
-static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead) {
+ * last `tail` (its zip directory). */
+static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead, uint64_t tail) {
     int fd = ck->files[file].fd;
     posix_fadvise(fd, (off_t)off, (off_t)(len < ahead ? len : ahead), POSIX_FADV_WILLNEED); /* advice only */
-    if (len > HEAD_BYTES) posix_fadvise(fd, (off_t)(off + len - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
+    if (len <= ahead) return;
+    uint64_t from = tail < len - ahead ? off + len - tail : off + ahead; /* not again what the head asked for */
+    posix_fadvise(fd, (off_t)from, (off_t)(off + len - from), POSIX_FADV_WILLNEED);
 }
 
 /* The runs of an item another rank checks, and no more of it: long runs straight into the destination;

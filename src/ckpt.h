@@ -38,7 +38,9 @@ typedef struct ck_pending {
 /* Where an item lies: the index of items by file and offset finds the one after a given item. */
 typedef struct ck_span {
     uint32_t file;
+    uint32_t tail;                  /* the item's ck_chunk.tail */
     uint64_t off, len;
+    uint64_t head;                  /* its ck_chunk.payload: the bytes before its payload, or 0 */
 } ck_span;
 
 /* A checksummed range of an item's file bytes, one part of a combined check (src/load_checks.h):

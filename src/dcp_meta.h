@@ -16,6 +16,8 @@ typedef struct ck_chunk {
     uint8_t raw;            /* payload is plain row-major bytes at [offset, offset+length) (safetensors) */
     uint8_t transformed;    /* DCP transform descriptors present: we cannot decode the item */
     uint8_t has_crc;        /* crc32c is known (written by shardckpt; torch records none) */
+    uint32_t tail;          /* bytes of the item after its payload, where `payload` is known (set when
+                             * a checkpoint is opened); 0: unknown */
 } ck_chunk;
 
 typedef struct ck_entry {
