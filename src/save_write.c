@@ -214,7 +214,7 @@ int save_prepare_items(save_job *j, const sck_state *st) {
  * offset, length, the CRC-32C of all its bytes and where in it the payload lies (0: none).  The payload goes by reference: it stays valid
  * until the stream is closed. */
 static int write_archive(wstream *w, const char *path, const uint8_t *pkls, const save_src *s, uint64_t *rec) {
-    zip_entry ents[4];
+    zip_entry ents[3];
     size_t n;
     uint32_t crc = s->payload ? sck_crc32(0, s->payload, s->plen) : 0;
     sck_buf pkl = {(uint8_t *)(uintptr_t)(pkls + s->pkl_off), s->pkl_len, s->pkl_len}; /* a view */

@@ -13,8 +13,8 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
 int ti_encode_value_pkl(sck_buf *out, const sck_value *v);
 
 /* The records of a torch.save archive holding `pkl` (whose CRC-32 is pkl_crc) and optionally one
- * storage payload.  Fills e[0..*n) (names point to static strings); payload may be NULL for a value
- * archive. */
+ * storage payload: data.pkl, data/0, version (at most 3).  Fills e[0..*n) (names point to static
+ * strings); payload may be NULL for a value archive. */
 void ti_entries(zip_entry *e, size_t *n, const sck_buf *pkl, uint32_t pkl_crc, const void *payload, uint64_t payload_len,
                 uint32_t payload_crc);
 
