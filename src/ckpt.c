@@ -1020,47 +1020,6 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
     return box_runs(cbox, strides, want, ov, rx->elem, copy_run, rx);
 }
 
-/* Asks for [lo, hi) of file f but the large items in it, at most *cap bytes (taken off *cap). */
-static void advise_small_items(sck_ckpt *ck, uint32_t f, int fd, uint64_t lo, uint64_t hi, uint64_t *cap) {
-    size_t k = span_at_or_after(ck->bigs, ck->nbigs, f, 0);
-    while (k < ck->nbigs && ck->bigs[k].file == f && ck->bigs[k].off + ck->bigs[k].len <= lo) k++;
-    while (lo < hi && *cap) {
-        uint64_t stop = hi;
-        if (k < ck->nbigs && ck->bigs[k].file == f && ck->bigs[k].off < stop) stop = ck->bigs[k].off;
-        if (stop > lo) {
-            uint64_t n = stop - lo < *cap ? stop - lo : *cap;
-            posix_fadvise(fd, (off_t)lo, (off_t)n, POSIX_FADV_WILLNEED); /* advice only */
-            *cap -= n;
-        }
-        if (k >= ck->nbigs || ck->bigs[k].file != f || ck->bigs[k].off >= hi) break;
-        lo = ck->bigs[k].off + ck->bigs[k].len;
-        k++;
-    }
-}
-
-void ckpt_prefetch_share(sck_ckpt *ck, uint64_t want, uint64_t cap) {
-    const uint64_t *ext = ck->m.file_end;
-    size_t nf = ck->m.nfiles;
-    uint64_t total = 0;
-    for (size_t f = 0; ext && f < nf; f++) total += ext[f];
-    /* This rank wants at least half of an even share of the bytes. */
-    if (!ck->one_cache || !ext || !total || want < total / (uint64_t)ck->nranks / 2 || !spans_ready(ck, 0)) return;
-    /* Rank r's share: file positions [nf * r / R, nf * (r + 1) / R) (ckpt_file_pos). */
-    double a = (double)nf * ck->rank / ck->nranks, b = (double)nf * (ck->rank + 1) / ck->nranks;
-    for (size_t f = (size_t)a; f < nf && (double)f < b && cap; f++) {
-        uint64_t lo = (uint64_t)((a > (double)f ? a - (double)f : 0.0) * (double)ext[f]);
-        uint64_t hi = b < (double)(f + 1) ? (uint64_t)((b - (double)f) * (double)ext[f]) : ext[f];
-        int fd;
-        uint64_t fsize;
-        if (hi <= lo) continue;
-        if (get_file(ck, (uint32_t)f, &fd, &fsize) != SCK_OK) {
-            sck_err_clear(); /* the reads will say what is wrong */
-            return;
-        }
-        advise_small_items(ck, (uint32_t)f, fd, lo, hi, &cap);
-    }
-}
-
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     if (!resolve_reads(ck, c)) return; /* asking would only pull in bytes the reads may not need, now */

@@ -181,12 +181,6 @@ int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, c
 /* Asks the kernel to read ahead the headers of chunk ci's item (its first and last 64 KiB): advice
  * only, no error. */
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci);
-/* A load whose ranks share one page cache (ck->one_cache) and which wants `want` bytes on this rank:
- * asks the kernel for the small items in this rank's share of the files (the stretch their checks go
- * to, load_checks.c), at most `cap` bytes, so that the disk works while the ranks plan.  Not for
- * large items (read with O_DIRECT, or from the cache only when already there), nor for a load of a
- * small part of the checkpoint.  Advice only: no error. */
-void ckpt_prefetch_share(sck_ckpt *ck, uint64_t want, uint64_t cap);
 /* SCK_ERR_CHECKSUM naming file, key, item offset and chunk: the item's bytes have CRC-32C `crc`. */
 int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */

@@ -264,8 +264,6 @@ static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     return rc;
 }
 
-#define PREFETCH_SHARE (64u << 20) /* of its share of the files, asked for by each rank before planning */
-
 static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
     state_touch(st); /* blobs and values it loads change the state's structure (an async save's kept plan) */
     for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
@@ -278,13 +276,6 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     ck->nranks = sck_comm_size(comm);
     ck->one_cache = comm_one_node(comm);
     ck->io = flags & SCK_LOAD_DIRECT_IO ? CK_IO_DIRECT : flags & SCK_LOAD_BUFFERED_IO ? CK_IO_BUFFERED : CK_IO_AUTO;
-    /* The disk is idle while the ranks plan (tens of ms for thousands of small items): each asks for
-     * the stretch of the files its reads will mostly come from. */
-    uint64_t want = 0;
-    for (size_t i = 0; i < st->n; i++)
-        for (size_t p = 0; st->e[i].kind == ENT_TENSOR && p < st->e[i].npieces; p++)
-            want += box_numel(&st->e[i].pieces[p].box) * sck_dtype_size(st->e[i].dtype);
-    ckpt_prefetch_share(ck, want, PREFETCH_SHARE);
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */
     long *found = find_entries(ck, st);

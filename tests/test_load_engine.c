@@ -5,10 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "ckpt.h"
 #include "ckpt_fixture.h"
 #include "harness.h"
 
@@ -222,56 +220,6 @@ TEST(load_engine_pending_checks_of_big_items_fail_the_load) {
     }
     free(j.src);
     free(j.dst);
-}
-
-/* Before planning, each of the ranks that share a page cache asks for the small items in its share of
- * the files: rank 0 of 2 for file 0's, not for the large item among them (read with O_DIRECT), nor
- * for file 1 (rank 1's share); a rank that wants little of the checkpoint asks for nothing. */
-static int resident_soon(const char *dir, const char *name, uint64_t off) {
-    for (int i = 0; i < 200; i++) { /* the kernel reads what it was asked for in the background */
-        int r = fx_resident(dir, name, off);
-        if (r != 0) return r;
-        nanosleep(&(struct timespec){0, 5000000}, NULL);
-    }
-    return 0;
-}
-
-TEST(load_engine_ranks_ask_for_their_share_of_small_items_before_planning) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
-    eng g;
-    setup(&g, dir);
-    REQUIRE_OK(sck_threads_run(2, save_rank, &g));
-    sck_ckpt *ck = NULL;
-    REQUIRE_OK(sck_ckpt_open(dir, &ck));
-    long bi = sck_ckpt_find(ck, "big"), si = sck_ckpt_find(ck, "small.300");
-    REQUIRE(bi >= 0 && si >= 0);
-    sck_chunk_info big0, sm0, sm1;
-    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)bi, 0, &big0));
-    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)si, 0, &sm0));
-    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)si, 1, &sm1));
-    REQUIRE(!strcmp(big0.file, "__0_0.distcp") && !strcmp(sm0.file, "__0_0.distcp") && !strcmp(sm1.file, "__1_0.distcp"));
-    uint64_t big_mid = big0.offset + big0.length / 2, s0 = sm0.offset + sm0.length / 2, s1 = sm1.offset + sm1.length / 2;
-    REQUIRE(fx_evict(dir, "__0_0.distcp") == 0 && fx_evict(dir, "__1_0.distcp") == 0);
-    if (fx_resident(dir, "__0_0.distcp", s0) != 0) { /* pages cannot be dropped here (tmpfs): nothing to tell */
-        fprintf(stderr, "  (page residency not observable here)\n");
-        sck_ckpt_close(ck);
-        teardown(&g);
-        return;
-    }
-    ck->one_cache = 1;
-    ck->rank = 0;
-    ck->nranks = 2;
-    uint64_t total = ck->m.file_end[0] + ck->m.file_end[1];
-    ckpt_prefetch_share(ck, total / 8, 64u << 20); /* a quarter of its share: too little to ask */
-    nanosleep(&(struct timespec){0, 50000000}, NULL);
-    CHECK(fx_resident(dir, "__0_0.distcp", s0) == 0);
-    ckpt_prefetch_share(ck, total / 2, 64u << 20);
-    CHECK(resident_soon(dir, "__0_0.distcp", s0) == 1);
-    CHECK(fx_resident(dir, "__0_0.distcp", big_mid) == 0);
-    CHECK(fx_resident(dir, "__1_0.distcp", s1) == 0);
-    sck_ckpt_close(ck);
-    teardown(&g);
 }
 
 /* O_DIRECT reads: page-aligned destinations take the direct path, others (and short runs) stay
