@@ -906,10 +906,10 @@ static int pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *cr
     return SCK_OK;
 }
 
-/* Ends the check left pending (ck->pend): the item's CRC-32C compared, the item marked verified and
- * handed to the thread ranks that wait for its runs. */
 static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p, const uint64_t *at);
 
+/* Ends the check left pending (ck->pend): the item's CRC-32C compared, the item marked verified and
+ * handed to the thread ranks that wait for its runs. */
 static int finish_pending(sck_ckpt *ck) {
     ck_pending *q = &ck->pend;
     if (!q->on) return SCK_OK;
