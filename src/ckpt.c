@@ -1025,12 +1025,11 @@ void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
     if (!resolve_reads(ck, c)) return; /* asking would only pull in bytes the reads may not need, now */
     int fd;
     uint64_t fsize;
-    if (get_file(ck, c->file, &fd, &fsize) != SCK_OK) {
+    if (get_file(ck, c->file, &fd, &fsize) != SCK_OK) { /* opens the file advise_headers asks about */
         sck_err_clear(); /* the read will say what is wrong */
         return;
     }
-    posix_fadvise(fd, (off_t)c->offset, (off_t)(c->length < HEAD_BYTES ? c->length : HEAD_BYTES), POSIX_FADV_WILLNEED);
-    if (c->length > HEAD_BYTES) posix_fadvise(fd, (off_t)(c->offset + c->length - HEAD_BYTES), HEAD_BYTES, POSIX_FADV_WILLNEED);
+    advise_headers(ck, c->file, c->offset, c->length, HEAD_BYTES, HEAD_BYTES);
 }
 
 /* Collects absolute file ranges of runs (ckpt_overlap_runs). */
