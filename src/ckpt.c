@@ -935,11 +935,9 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     *pending = 0;
     if (!ck->rp && !ck->rp_failed && rp_new(&ck->rp) != SCK_OK) ck->rp_failed = 1;
-    if (!ck->rp) { /* no thread: read, then check */
-        int rc = finish_pending(ck);
-        if (rc) return rc;
+    if (!ck->rp) { /* no thread: read, then check (nothing is pending: only piped reads leave a check) */
         if (ahead) prefetch_next(ck, c);
-        rc = read_long(ck, c->file, d, len, abs, ird->what);
+        int rc = read_long(ck, c->file, d, len, abs, ird->what);
         return rc ? rc : ckpt_check_item(ck, ei, ci, d, abs, len);
     }
     uint32_t crc = 0, tail = 0;
