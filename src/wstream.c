@@ -315,7 +315,15 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
         if (w->direct) {
             body = w->pos % WS_ALIGN || (uintptr_t)b % WS_ALIGN ? 0 : n / WS_ALIGN * WS_ALIGN;
         }
-        if (body) {
+        if (body && w->cur >= 0 && w->cur_bytes && w->cur_iov0 + w->cur_niov < WS_IOV_MAX) {
+            /* The piece ends the batch staged before it (its headers), in the same write: on its own,
+             * a 4 KiB O_DIRECT write of headers waited in the device's queue as long as the payload's
+             * did, one after the other, for every tensor. */
+            add_piece(w, b, body);
+            if ((rc = flush_batch(w))) return rc;
+            b += body;
+            n -= body;
+        } else if (body) {
             rc = flush_batch(w);
             if (!rc) rc = submit(w, b, w->pos, body, -1, 0, 0);
             if (rc) return rc;

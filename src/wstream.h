@@ -1,9 +1,9 @@
 /* wstream.h - one rank's data file, written by a background thread.
  *
  * Appends are either copied into a bounded set of staging buffers (headers; with O_DIRECT also small
- * tensors) or written straight from the caller's memory, no copy: large pieces by a write of their
- * own, and in buffered mode small tensors as pieces of the batch their headers are staged in (one
- * pwritev per batch).  One writer thread issues the writes in file order, so the caller's thread keeps encoding
+ * tensors) or written straight from the caller's memory, no copy: a large piece in the same pwritev
+ * as the staged bytes before it (its headers), and in buffered mode small tensors as pieces of the
+ * batch their headers are staged in (one pwritev per batch).  One writer thread issues the writes in file order, so the caller's thread keeps encoding
  * and checksumming while the disk works.  Buffered mode streams writeback behind the writer
  * (sync_file_range + dropping written pages) when the file is to be fsynced, so the final fsync is
  * short and the save does not fill the page cache.  Direct mode opens with O_DIRECT: every write is
@@ -51,7 +51,8 @@ typedef struct wstream wstream;
 int ws_open(wstream **out, const char *path, const ws_opts *o);
 /* Appends n bytes at the end of the file.  by_ref: the caller guarantees p stays valid and unchanged
  * until ws_close/ws_abort returns, so pieces are written from it without a copy: from WS_REF_MIN
- * bytes on by a write of their own (with O_DIRECT: their 4 KiB-aligned part), and in buffered mode
+ * bytes on as the end of the batch staged before them, or by a write of their own when nothing is
+ * staged (with O_DIRECT: their 4 KiB-aligned part), and in buffered mode
  * from WS_IOV_MIN bytes on as a piece of the batch the staged bytes around them go in (one pwritev).
  * Blocks while every staging buffer is in flight.  Errors: the writer's first error (SCK_ERR_IO,
  * with its message), SCK_ERR_NOMEM. */

@@ -154,17 +154,21 @@ static void check_small_pieces(int direct) {
 TEST(wstream_buffered_small_pieces_go_by_reference_in_batches) { check_small_pieces(0); }
 TEST(wstream_direct_small_pieces_are_copied) { check_small_pieces(1); }
 
-/* A test hook that makes every write of the writer thread slow (1 ms). */
+/* A test hook that makes every write of the writer thread slow (1 ms) and counts them in *ctx (only
+ * the writer thread writes). */
 static int slow_writes(void *ctx, io_kind kind, const char *path) {
-    (void)ctx, (void)path;
-    if (kind == IO_PWRITE) nanosleep(&(struct timespec){0, 1000000}, NULL);
+    (void)path;
+    if (kind != IO_PWRITE) return 0;
+    nanosleep(&(struct timespec){0, 1000000}, NULL);
+    ++*(size_t *)ctx;
     return 0;
 }
 
 /* Headers copied between large pieces by reference, as a save of big tensors appends them, with a
  * slow writer: a staging buffer takes batch after batch (each handed over when a large piece comes),
  * so the caller never waits for the writer to give one back, where it used to wait at every other
- * piece; with small buffers they roll over, and the file is byte-exact either way. */
+ * piece; each large piece goes in one write with the headers before it; with small buffers they roll
+ * over, and the file is byte-exact either way. */
 static void check_headers_between_large_pieces(int direct, uint64_t stage, int expect_no_wait) {
     char path[4096];
     snprintf(path, sizeof path, "%s/hdrs%d.bin", th_tmpdir(), direct);
@@ -173,7 +177,8 @@ static void check_headers_between_large_pieces(int direct, uint64_t stage, int e
     uint8_t *want = malloc(cap);
     REQUIRE(src != MAP_FAILED && want);
     th_fill(src, cap, 31 + (uint64_t)direct);
-    io_hook_set(slow_writes, NULL);
+    size_t writes = 0;
+    io_hook_set(slow_writes, &writes);
     wstream *w = NULL;
     REQUIRE_OK(ws_open(&w, path, &(ws_opts){stage, 2, direct, 0, 0, NULL}));
     size_t n = 0;
@@ -190,6 +195,7 @@ static void check_headers_between_large_pieces(int direct, uint64_t stage, int e
     if (expect_no_wait) CHECK(ws_waits(w) == 0);
     CHECK_OK(ws_close(w));
     io_hook_set(NULL, NULL);
+    if (expect_no_wait) CHECK(writes == items + 1); /* header + piece each, then the tail */
     size_t got_n = 0;
     uint8_t *got = read_all(path, &got_n);
     CHECK(got && got_n == n && memcmp(got, want, n) == 0);
