@@ -922,6 +922,8 @@ static int finish_pending(sck_ckpt *ck) {
 }
 
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
+static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len);
+static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_runs);
 static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead, uint64_t tail);
 
 /* One long run of a chunk read into d and the whole item checked, in a single pass: the run is read
@@ -950,6 +952,7 @@ static int read_run_checked(sck_ckpt *ck, size_t ei, size_t ci, item_rd *ird, ui
     if (!early && (rc = crc_span(ird, c->offset, abs, &crc))) return rc;
     if ((rc = pipe_begin(ck, ird, d, abs, len))) return rc;
     if (ahead) prefetch_next(ck, c);
+    if (ahead) queue_next(ck, d, len);
     if (early && ((rc = finish_pending(ck)) || (rc = crc_span(ird, c->offset, abs, &crc)))) {
         rp_finish(ck->rp);
         return rc;
@@ -976,6 +979,36 @@ static void prefetch_next(sck_ckpt *ck, const ck_chunk *c) {
                    nx->tail ? nx->tail : HEAD_BYTES);
     ck->advised_file = nx->file;
     ck->advised_off = nx->off;
+}
+
+/* Queues the next read's range on the pipe behind the current one ([d, +len)), where that read will be
+ * a piped one too (read_overlap's choice, made here the same way): the helpers go on to it as soon as
+ * the current range is taken, where otherwise the disk waited for this rank to be woken, finish the
+ * item and start the next (0.5-1 ms on a busy machine, between every two items).  read_run_checked's
+ * rp_start of the same range then takes it over as it is. */
+static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len) {
+    const ck_want *x = ck->look;
+    if (!x) return;
+    size_t ei = x->ei, ci = ck->look_ci;
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    ck_res *r;
+    if (c->length <= SMALL_ITEM || resolve_reads(ck, c) || !ck->verify || !c->has_crc || ckpt_peer_mark(ck, ei, ci)) return;
+    if (ckpt_resolve_chunk(ck, ei, ci, &r) != SCK_OK || r->verified || r->swap) return;
+    sck_box ov, cbox;
+    ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
+    int64_t sb[SCK_MAX_DIMS];
+    const int64_t *strides = res_strides(ck, &cbox, r, sb);
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    box_runs(&cbox, strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    if (l.n != 1 || l.first_len < DIRECT_RUN) return;
+    uint8_t *nd = (uint8_t *)x->dst + l.first_dst;
+    if (nd < d + len && d < nd + l.first_len) return; /* the same bytes of memory: read in order */
+    int direct = choose_direct(ck, c, (uintptr_t)x->dst - r->data_off, 1);
+    char what[4600];
+    item_what(ck, e, c, what, sizeof what);
+    rp_queue(ck->rp, stream_fd(ck, c->file), direct ? direct_fd(ck, c->file) : -1, r->data_off + l.first_src, l.first_len, nd,
+             what); /* advice only: without it the read waits its turn */
 }
 
 /* Asks the kernel for the first `ahead` bytes of the item at [off, +len) of file `file` and for its
@@ -1555,11 +1588,17 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
         const ck_want *x = &w[op[j].k];
         sck_box ov, cbox;
         ck_chunk_intersect(&ck->m.e[x->ei], op[j].ci, x->box, &cbox, &ov);
+        size_t nx = j + 1;
+        while (nx < m && op[nx].handed) nx++;
+        ck->look = nx < m ? &w[op[nx].k] : NULL;
+        ck->look_ci = nx < m ? op[nx].ci : 0;
         rc = read_overlap(ck, x->ei, op[j].ci, &cbox, x->box, &ov, x->dst);
         j++;
     }
+    ck->look = NULL;
     if (!rc) rc = finish_pending(ck);
     ck->pend.on = 0; /* after an error: nothing is left to check */
+    if (ck->rp) rp_finish(ck->rp); /* a range queued for a read an error left undone: nothing lands later */
     free(sb);
     free(op);
     return rc;

@@ -101,6 +101,9 @@ struct sck_ckpt {
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_pending pend;                /* the last check of a piped item, done while the next one is read */
+    const struct ck_want *look;     /* the read after the current one (ckpt_run_reads), whose range a
+                                     * piped read queues on the pipe behind its own; NULL: none */
+    size_t look_ci;                 /* its chunk */
     uint32_t advised_file;          /* the item whose headers prefetch_next asked for last (file, offset) */
     uint64_t advised_off;
     ck_span *spans;                 /* every chunk's item, by file and offset; built on first use */

@@ -17,15 +17,10 @@
  * take the helper's CPU for as long as the caller checksums). */
 #define RP_HELPERS 2
 
-struct rpipe {
-    pthread_t th[RP_HELPERS];
-    int nth;                    /* helpers started */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;          /* every change of state below is broadcast on it */
-    int quit;
-    /* the current range */
-    int active;                 /* a range is set (until rp_finish) */
-    int stop;                   /* the caller abandoned the range */
+/* One range and how far it has got. */
+typedef struct rp_range {
+    int set;                    /* holds a range (until finished or replaced) */
+    int stop;                   /* abandoned: no more slices are claimed */
     int inflight;               /* slices being read now */
     int fd, dfd;
     uint64_t off, len, nslices;
@@ -39,45 +34,61 @@ struct rpipe {
     int status;
     char what[1024];
     char errmsg[1024];
+} rp_range;
+
+struct rpipe {
+    pthread_t th[RP_HELPERS];
+    int nth;                    /* helpers started */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* every change of state below is broadcast on it */
+    int quit;
+    rp_range r[2];              /* r[head]: the current range; r[!head]: the one queued behind it */
+    int head;
     uint8_t *buf[2];
 };
 
-/* Slice i of the range: the first ends at the next multiple of RP_SLICE, the others are whole ones. */
-static void slice(const rpipe *p, uint64_t i, uint64_t *start, uint64_t *len) {
-    uint64_t base = p->off / p->sl, end = p->off + p->len;
-    uint64_t s = i == 0 ? p->off : (base + i) * p->sl, e = (base + i + 1) * p->sl;
+/* Slice i of range g: the first ends at the next multiple of the slice size, the others are whole ones. */
+static void slice(const rp_range *g, uint64_t i, uint64_t *start, uint64_t *len) {
+    uint64_t base = g->off / g->sl, end = g->off + g->len;
+    uint64_t s = i == 0 ? g->off : (base + i) * g->sl, e = (base + i + 1) * g->sl;
     *start = s;
     *len = (e < end ? e : end) - s;
 }
 
 /* Reads [start, +len) into t: the page-aligned middle through dfd when memory and offset allow it. */
-static int read_span(const rpipe *p, uint8_t *t, uint64_t start, uint64_t len) {
+static int read_span(const rp_range *g, uint8_t *t, uint64_t start, uint64_t len) {
     uint64_t head = (RP_ALIGN - start % RP_ALIGN) % RP_ALIGN;
-    if (p->dfd < 0 || (uintptr_t)t % RP_ALIGN != start % RP_ALIGN || len < head + RP_ALIGN)
-        return sck_pread_full(p->fd, t, (size_t)len, start, p->what);
+    if (g->dfd < 0 || (uintptr_t)t % RP_ALIGN != start % RP_ALIGN || len < head + RP_ALIGN)
+        return sck_pread_full(g->fd, t, (size_t)len, start, g->what);
     uint64_t mid = (len - head) / RP_ALIGN * RP_ALIGN;
-    int rc = head ? sck_pread_full(p->fd, t, (size_t)head, start, p->what) : SCK_OK;
-    if (!rc) rc = sck_pread_full(p->dfd, t + head, (size_t)mid, start + head, p->what);
-    if (!rc && len > head + mid) rc = sck_pread_full(p->fd, t + head + mid, (size_t)(len - head - mid), start + head + mid, p->what);
+    int rc = head ? sck_pread_full(g->fd, t, (size_t)head, start, g->what) : SCK_OK;
+    if (!rc) rc = sck_pread_full(g->dfd, t + head, (size_t)mid, start + head, g->what);
+    if (!rc && len > head + mid) rc = sck_pread_full(g->fd, t + head + mid, (size_t)(len - head - mid), start + head + mid, g->what);
     return rc;
 }
 
-static uint8_t *slice_target(const rpipe *p, uint64_t i, uint64_t start) {
-    return p->dst ? p->dst + (start - p->off) : p->buf[i % 2];
+static uint8_t *slice_target(const rpipe *p, const rp_range *g, uint64_t i, uint64_t start) {
+    return g->dst ? g->dst + (start - g->off) : p->buf[i % 2];
 }
 
-/* Marks slice i read (under mu); slices finish out of order, at most RP_HELPERS apart. */
-static void slice_done(rpipe *p, uint64_t i) {
-    if (i != p->produced) {
-        p->done_after |= 1ull << (i - p->produced - 1);
+/* Marks slice i of g read (under mu); slices finish out of order, at most RP_HELPERS apart. */
+static void slice_done(rp_range *g, uint64_t i) {
+    if (i != g->produced) {
+        g->done_after |= 1ull << (i - g->produced - 1);
         return;
     }
-    p->produced++;
-    while (p->done_after & 1) {
-        p->done_after >>= 1;
-        p->produced++;
+    g->produced++;
+    while (g->done_after & 1) {
+        g->done_after >>= 1;
+        g->produced++;
     }
-    p->done_after >>= 1;
+    g->done_after >>= 1;
+}
+
+/* Whether a helper may take g's next slice (own buffers: slice i goes where slice i - 2 was, once the
+ * caller is done with it; only the current range uses them). */
+static int claimable(const rp_range *g) {
+    return g->set && !g->stop && !g->status && g->claimed < g->nslices && (g->dst || g->claimed < g->released + 2);
 }
 
 static void *helper_main(void *arg) {
@@ -85,21 +96,22 @@ static void *helper_main(void *arg) {
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->quit) break;
-        /* own buffers: slice i goes where slice i - 2 was, once the caller is done with it */
-        if (p->active && !p->stop && !p->status && p->claimed < p->nslices && (p->dst || p->claimed < p->released + 2)) {
-            uint64_t i = p->claimed++, start, len;
-            p->inflight++;
-            slice(p, i, &start, &len);
-            uint8_t *t = slice_target(p, i, start);
+        /* the current range first; the queued one once every slice of the current is taken */
+        rp_range *g = claimable(&p->r[p->head]) ? &p->r[p->head] : claimable(&p->r[!p->head]) ? &p->r[!p->head] : NULL;
+        if (g) {
+            uint64_t i = g->claimed++, start, len;
+            g->inflight++;
+            slice(g, i, &start, &len);
+            uint8_t *t = slice_target(p, g, i, start);
             pthread_mutex_unlock(&p->mu);
-            int rc = read_span(p, t, start, len);
+            int rc = read_span(g, t, start, len);
             pthread_mutex_lock(&p->mu);
-            p->inflight--;
-            if (rc && !p->status) {
-                p->status = rc;
-                snprintf(p->errmsg, sizeof p->errmsg, "%s", sck_last_error());
+            g->inflight--;
+            if (rc && !g->status) {
+                g->status = rc;
+                snprintf(g->errmsg, sizeof g->errmsg, "%s", sck_last_error());
             } else if (!rc) {
-                slice_done(p, i);
+                slice_done(g, i);
             }
             pthread_cond_broadcast(&p->cv);
             continue;
@@ -148,16 +160,55 @@ void rp_free(rpipe *p) {
     free(p);
 }
 
+/* Abandons range g and waits until no read of it is in flight (under mu): none may land in its dst
+ * afterwards. */
+static void drop_range(rpipe *p, rp_range *g) {
+    g->stop = 1;
+    while (g->inflight) pthread_cond_wait(&p->cv, &p->mu);
+    g->set = 0;
+}
+
 void rp_finish(rpipe *p) {
     pthread_mutex_lock(&p->mu);
-    p->stop = 1;
-    while (p->inflight) pthread_cond_wait(&p->cv, &p->mu); /* no read may land in dst after this */
-    p->active = 0;
+    drop_range(p, &p->r[0]);
+    drop_range(p, &p->r[1]);
     pthread_mutex_unlock(&p->mu);
 }
 
+/* Sets range g up (under mu). */
+static void set_range(rp_range *g, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what) {
+    g->fd = fd;
+    g->dfd = dst ? dfd : -1;
+    g->off = off;
+    g->len = len;
+    g->dst = dst;
+    g->sl = !dst ? RP_SLICE : g->dfd >= 0 ? RP_DIRECT_SLICE : RP_DST_SLICE;
+    g->nslices = len ? (off + len - 1) / g->sl - off / g->sl + 1 : 0;
+    g->claimed = g->produced = g->consumed = g->released = 0;
+    g->done_after = 0;
+    g->stop = 0;
+    g->inflight = 0;
+    g->status = SCK_OK;
+    snprintf(g->what, sizeof g->what, "%s", what);
+    g->set = 1;
+}
+
+static int same_range(const rp_range *g, int fd, int dfd, uint64_t off, uint64_t len, const uint8_t *dst) {
+    return g->set && !g->stop && g->fd == fd && g->dfd == (dst ? dfd : -1) && g->off == off && g->len == len && g->dst == dst;
+}
+
 int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what) {
-    rp_finish(p); /* a previous range, if the caller did not drain it */
+    pthread_mutex_lock(&p->mu);
+    if (same_range(&p->r[!p->head], fd, dfd, off, len, dst)) { /* queued already: it becomes the current one */
+        drop_range(p, &p->r[p->head]);
+        p->head = !p->head;
+        pthread_cond_broadcast(&p->cv);
+        pthread_mutex_unlock(&p->mu);
+        return SCK_OK;
+    }
+    drop_range(p, &p->r[0]); /* a previous range, if the caller did not drain it, and one queued for nothing */
+    drop_range(p, &p->r[1]);
+    pthread_mutex_unlock(&p->mu);
     for (int i = 0; !dst && i < 2; i++) {
         if (p->buf[i]) continue;
         void *m = mmap(NULL, RP_SLICE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -166,20 +217,21 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
         p->buf[i] = m;
     }
     pthread_mutex_lock(&p->mu);
-    p->fd = fd;
-    p->dfd = dst ? dfd : -1;
-    p->off = off;
-    p->len = len;
-    p->dst = dst;
-    p->sl = !dst ? RP_SLICE : p->dfd >= 0 ? RP_DIRECT_SLICE : RP_DST_SLICE;
-    p->nslices = len ? (off + len - 1) / p->sl - off / p->sl + 1 : 0;
-    p->claimed = p->produced = p->consumed = p->released = 0;
-    p->done_after = 0;
-    p->stop = 0;
-    p->status = SCK_OK;
-    snprintf(p->what, sizeof p->what, "%s", what);
-    p->active = 1;
+    set_range(&p->r[p->head], fd, dfd, off, len, dst, what);
     pthread_cond_broadcast(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    return SCK_OK;
+}
+
+int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what) {
+    if (!dst) return sck_err(SCK_ERR_INVALID_ARG, "%s: only a range into the caller's buffer can be queued", what);
+    pthread_mutex_lock(&p->mu);
+    rp_range *q = &p->r[!p->head];
+    if (!same_range(q, fd, dfd, off, len, dst)) {
+        drop_range(p, q);
+        set_range(q, fd, dfd, off, len, dst, what);
+        pthread_cond_broadcast(&p->cv);
+    }
     pthread_mutex_unlock(&p->mu);
     return SCK_OK;
 }
@@ -188,19 +240,20 @@ int rp_next(rpipe *p, const uint8_t **s, uint64_t *n) {
     *s = NULL;
     *n = 0;
     pthread_mutex_lock(&p->mu);
-    p->released = p->consumed; /* the slice handed out last is done with */
+    rp_range *g = &p->r[p->head];
+    g->released = g->consumed; /* the slice handed out last is done with */
     pthread_cond_broadcast(&p->cv);
-    while (!p->status && p->consumed < p->nslices && p->produced <= p->consumed) pthread_cond_wait(&p->cv, &p->mu);
+    while (g->set && !g->status && g->consumed < g->nslices && g->produced <= g->consumed) pthread_cond_wait(&p->cv, &p->mu);
     int rc = SCK_OK;
-    if (p->status) {
-        rc = p->status;
-        sck_err_set_raw(p->errmsg);
-    } else if (p->consumed < p->nslices) {
+    if (g->status) {
+        rc = g->status;
+        sck_err_set_raw(g->errmsg);
+    } else if (g->set && g->consumed < g->nslices) {
         uint64_t start, len;
-        slice(p, p->consumed, &start, &len);
-        *s = slice_target(p, p->consumed, start);
+        slice(g, g->consumed, &start, &len);
+        *s = slice_target(p, g, g->consumed, start);
         *n = len;
-        p->consumed++;
+        g->consumed++;
     }
     pthread_mutex_unlock(&p->mu);
     return rc;

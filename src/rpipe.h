@@ -24,14 +24,20 @@ int rp_new(rpipe **out);
 void rp_free(rpipe *p);
 /* Starts reading [off, off+len) of fd.  dst: where the range goes (len bytes), or NULL for the pipe's
  * own buffers.  dfd >= 0: slices of dst that are page-aligned in the file and in memory are read
- * through dfd (O_DIRECT).  `what` names the file in errors (copied).  The previous range must be
- * finished (rp_next returned 0 bytes or an error, or rp_finish). */
+ * through dfd (O_DIRECT).  `what` names the file in errors (copied).  A range rp_queue queued with the
+ * same fd, dfd, off, len and dst becomes the current one as it is (what it has read is kept); any
+ * other range is abandoned (rp_finish).  Errors: SCK_ERR_NOMEM. */
 int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what);
+/* Queues a range (same arguments as rp_start; dst required) behind the current one: the helpers read
+ * it once every slice of the current range is taken, and rp_start with the same arguments makes it
+ * current.  A range queued before with other arguments is abandoned.  The caller must leave dst alone
+ * until that rp_start or rp_finish.  Errors: SCK_ERR_INVALID_ARG (dst NULL). */
+int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what);
 /* The next slice in order: *s points at it and *n is its length (0 once the range is done).  A slice
  * in the pipe's own buffers stays valid until the next rp_next.  Errors: the read's (SCK_ERR_IO,
  * SCK_ERR_FORMAT "truncated"), with its message. */
 int rp_next(rpipe *p, const uint8_t **s, uint64_t *n);
-/* Abandons the current range: waits for the helper to stop reading it. */
+/* Abandons the current range and the queued one: waits until no read of either is in flight. */
 void rp_finish(rpipe *p);
 
 #endif

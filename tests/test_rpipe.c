@@ -1,9 +1,11 @@
 /* test_rpipe.c - the read-ahead pipe: slices in order and byte-exact (own buffers, caller's buffer,
- * O_DIRECT), ranges starting anywhere, reuse, abandoning a range, and read errors with the file named. */
+ * O_DIRECT), ranges starting anywhere, reuse, abandoning a range, a range queued behind another, and
+ * read errors with the file named. */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -108,5 +110,87 @@ TEST(rpipe_read_error_names_file_and_stops) {
     CHECK(read_range(p, fd, -1, 0, RP_SLICE + 3, NULL, want) == 0);
     rp_free(p);
     close(fd);
+    free(want);
+}
+
+/* Drains the current range [off, +len) (started or taken over) of dst, checking it against want. */
+static int drain(rpipe *p, uint64_t off, uint64_t len, uint8_t *dst, const uint8_t *want) {
+    uint64_t got = 0;
+    for (;;) {
+        const uint8_t *s;
+        uint64_t n;
+        if (rp_next(p, &s, &n)) return -1;
+        if (!n) break;
+        if (s != dst + off + got || memcmp(s, want + off + got, n)) return -2;
+        got += n;
+    }
+    return got == len ? 0 : -3;
+}
+
+/* A range queued behind the current one is read while the caller still drains the current one, and
+ * rp_start of the same range takes it over; a queued range replaced, or left when the pipe is finished,
+ * is abandoned with nothing landing in its buffer afterwards; its read error comes with its takeover. */
+TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/f.bin", th_tmpdir());
+    uint8_t *want = make_file(path);
+    REQUIRE(want);
+    int fd = open(path, O_RDONLY), dfd = open(path, O_RDONLY | O_DIRECT);
+    REQUIRE(fd >= 0);
+    rpipe *p = NULL;
+    REQUIRE_OK(rp_new(&p));
+    uint8_t *dst = mmap(NULL, FILE_BYTES + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(dst != MAP_FAILED);
+    /* Ranges one after the other into their own places of dst, each queued while the one before is
+     * current; O_DIRECT every other range (where the file system has it). */
+    uint64_t cut[] = {0, 3u << 20, (3u << 20) + 4096, 7u << 20, (9u << 20) + 5, FILE_BYTES};
+    size_t nr = sizeof cut / sizeof *cut - 1;
+    REQUIRE_OK(rp_start(p, fd, -1, cut[0], cut[1] - cut[0], dst + cut[0], "f.bin"));
+    for (size_t i = 0; i < nr; i++) {
+        uint64_t off = cut[i], len = cut[i + 1] - off;
+        if (i + 1 < nr) {
+            uint64_t o2 = cut[i + 1], l2 = cut[i + 2] - o2;
+            CHECK_OK(rp_queue(p, fd, (i + 1) % 2 ? dfd : -1, o2, l2, dst + o2, "f.bin"));
+            if (i == 0) { /* read ahead: its bytes arrive before anyone drains it */
+                for (int t = 0; t < 2000 && memcmp(dst + o2, want + o2, l2); t++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+                CHECK(memcmp(dst + o2, want + o2, l2) == 0);
+            }
+        }
+        CHECK(drain(p, off, len, dst, want) == 0);
+        if (i + 1 < nr) CHECK_OK(rp_start(p, fd, (i + 1) % 2 ? dfd : -1, cut[i + 1], cut[i + 2] - cut[i + 1], dst + cut[i + 1], "f.bin"));
+    }
+    CHECK(memcmp(dst, want, FILE_BYTES) == 0);
+    /* Replaced by another range, or left at rp_finish: nothing of it lands afterwards. */
+    for (int how = 0; how < 2; how++) {
+        memset(dst, 0, FILE_BYTES);
+        REQUIRE_OK(rp_start(p, fd, -1, 0, RP_SLICE, dst, "f.bin"));
+        CHECK_OK(rp_queue(p, fd, dfd, 8u << 20, 4u << 20, dst + (8u << 20), "f.bin"));
+        if (how == 0) {
+            CHECK_OK(rp_start(p, fd, -1, 1u << 20, 1u << 20, dst + (1u << 20), "f.bin"));
+            CHECK(drain(p, 1u << 20, 1u << 20, dst, want) == 0);
+        }
+        rp_finish(p);
+        uint8_t *snap = malloc(4u << 20);
+        REQUIRE(snap);
+        memcpy(snap, dst + (8u << 20), 4u << 20);
+        nanosleep(&(struct timespec){0, 20000000}, NULL);
+        CHECK(memcmp(snap, dst + (8u << 20), 4u << 20) == 0);
+        free(snap);
+    }
+    /* A queued range past the end of the file: the error comes once it is current. */
+    REQUIRE_OK(rp_start(p, fd, -1, 0, 4096, dst, "f.bin"));
+    CHECK_OK(rp_queue(p, fd, -1, FILE_BYTES - 100, 200, dst + 8192, "tail.bin"));
+    CHECK(drain(p, 0, 4096, dst, want) == 0);
+    REQUIRE_OK(rp_start(p, fd, -1, FILE_BYTES - 100, 200, dst + 8192, "tail.bin"));
+    const uint8_t *s;
+    uint64_t n;
+    CHECK_ERR(rp_next(p, &s, &n), SCK_ERR_FORMAT, "tail.bin");
+    CHECK_ERR(rp_queue(p, fd, -1, 0, 10, NULL, "f.bin"), SCK_ERR_INVALID_ARG, "f.bin");
+    /* and the pipe works on */
+    CHECK(read_range(p, fd, dfd, 5, 3 * RP_SLICE, dst, want) == 0);
+    rp_free(p);
+    munmap(dst, FILE_BYTES + 8192);
+    close(fd);
+    if (dfd >= 0) close(dfd);
     free(want);
 }
