@@ -236,6 +236,14 @@ int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
     return SCK_OK;
 }
 
+int rp_queued_read(rpipe *p) {
+    pthread_mutex_lock(&p->mu);
+    const rp_range *q = &p->r[!p->head];
+    int done = q->set && !q->stop && q->produced == q->nslices;
+    pthread_mutex_unlock(&p->mu);
+    return done;
+}
+
 int rp_next(rpipe *p, const uint8_t **s, uint64_t *n) {
     *s = NULL;
     *n = 0;

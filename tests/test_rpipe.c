@@ -151,8 +151,9 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
         if (i + 1 < nr) {
             uint64_t o2 = cut[i + 1], l2 = cut[i + 2] - o2;
             CHECK_OK(rp_queue(p, fd, (i + 1) % 2 ? dfd : -1, o2, l2, dst + o2, "f.bin"));
-            if (i == 0) { /* read ahead: its bytes arrive before anyone drains it */
-                for (int t = 0; t < 2000 && memcmp(dst + o2, want + o2, l2); t++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+            if (i == 0) { /* read ahead: all of it arrives before anyone drains it */
+                for (int t = 0; t < 10000 && !rp_queued_read(p); t++) nanosleep(&(struct timespec){0, 1000000}, NULL);
+                CHECK(rp_queued_read(p));
                 CHECK(memcmp(dst + o2, want + o2, l2) == 0);
             }
         }
