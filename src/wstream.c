@@ -320,7 +320,8 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
              * a 4 KiB O_DIRECT write of headers waited in the device's queue as long as the payload's
              * did, one after the other, for every tensor. */
             add_piece(w, b, body);
-            if ((rc = flush_batch(w))) return rc;
+            /* its list of pieces full: the buffer is left, as after_piece would */
+            if ((rc = w->cur_iov0 + w->cur_niov == WS_IOV_MAX ? flush_cur(w) : flush_batch(w))) return rc;
             b += body;
             n -= body;
         } else if (body) {

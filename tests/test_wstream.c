@@ -208,6 +208,43 @@ TEST(wstream_buffered_headers_between_large_pieces_share_a_buffer) { check_heade
 TEST(wstream_direct_headers_between_large_pieces_share_a_buffer) { check_headers_between_large_pieces(1, 1 << 20, 1); }
 TEST(wstream_direct_headers_roll_over_small_buffers) { check_headers_between_large_pieces(1, 16 << 10, 0); }
 
+/* More large pieces than one staging buffer's list of pieces holds (each takes a piece of its own and
+ * starts a new one for the headers after it): the buffer is left when its list is full, and the file
+ * is byte-exact.  Every piece is the same memory, every header its index. */
+static void check_many_large_pieces(int direct) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/many%d.bin", th_tmpdir(), direct);
+    size_t piece = WS_REF_MIN, items = 600, hdr = WS_ALIGN;
+    uint8_t *src = mmap(NULL, piece + items * hdr, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(src != MAP_FAILED);
+    th_fill(src, piece, 77 + (uint64_t)direct);
+    for (size_t i = 0; i < items; i++) memset(src + piece + i * hdr, (int)(i % 251), hdr);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){0, 2, direct, 0, 0, NULL}));
+    for (size_t i = 0; i < items; i++) {
+        CHECK_OK(ws_append(w, src + piece + i * hdr, hdr, 0));
+        CHECK_OK(ws_append(w, src, piece, 1));
+    }
+    CHECK_OK(ws_close(w));
+    FILE *f = fopen(path, "rb");
+    REQUIRE(f);
+    uint8_t *got = malloc(piece);
+    REQUIRE(got);
+    size_t bad = 0;
+    for (size_t i = 0; i < items; i++) {
+        if (fread(got, 1, hdr, f) != hdr || memcmp(got, src + piece + i * hdr, hdr)) bad++;
+        if (fread(got, 1, piece, f) != piece || memcmp(got, src, piece)) bad++;
+    }
+    CHECK(bad == 0 && fgetc(f) == EOF);
+    fclose(f);
+    free(got);
+    munmap(src, piece + items * hdr);
+    remove(path);
+}
+
+TEST(wstream_buffered_more_large_pieces_than_a_list_holds) { check_many_large_pieces(0); }
+TEST(wstream_direct_more_large_pieces_than_a_list_holds) { check_many_large_pieces(1); }
+
 TEST(wstream_open_error_names_path) {
     const char *dir = th_tmpdir();
     char path[4096];
