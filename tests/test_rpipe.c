@@ -27,35 +27,65 @@ static uint8_t *make_file(const char *path) {
     return d;
 }
 
-/* Reads [off, off+len) through the pipe; checks slice sizes and contents against `want`. */
-static int read_range(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const uint8_t *want) {
-    if (rp_start(p, fd, dfd, off, len, dst, "f.bin")) return -1;
+/* Drains the current range [off, +len) of the file: slices in order, at `at` (the range's first byte in
+ * the caller's buffer; NULL: the pipe's own buffers), matching `want`; sl > 0: no slice longer, and
+ * those after the first start on a multiple of it. */
+static int drain(rpipe *p, uint64_t off, uint64_t len, const uint8_t *at, const uint8_t *want, uint64_t sl) {
     uint64_t got = 0;
     for (;;) {
         const uint8_t *s;
         uint64_t n;
         if (rp_next(p, &s, &n)) return -1;
         if (!n) break;
-        uint64_t sl = !dst ? RP_SLICE : dfd >= 0 ? (32u << 20) : RP_DST_SLICE;
-        if (n > sl || (got > 0 && (off + got) % sl)) return -2; /* slices after the first start on a boundary */
-        if (dst && s != dst + got) return -3;
+        if (sl && (n > sl || (got > 0 && (off + got) % sl))) return -2;
+        if (at && s != at + got) return -3;
         if (memcmp(s, want + off + got, n)) return -4;
         got += n;
     }
     return got == len ? 0 : -5;
 }
 
-TEST(rpipe_slices_in_order_exact_in_every_mode) {
+/* Reads [off, off+len) through the pipe into dst (or its own buffers) and checks it (drain). */
+static int read_range(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const uint8_t *want) {
+    if (rp_start(p, fd, dfd, off, len, dst, "f.bin")) return -1;
+    return drain(p, off, len, dst, want, !dst ? RP_SLICE : dfd >= 0 ? (32u << 20) : RP_DST_SLICE);
+}
+
+/* The test file, its descriptors (dfd < 0 where O_DIRECT is refused), a pipe and a destination as large
+ * as the file (plus two pages). */
+typedef struct pipe_fx {
+    uint8_t *want, *dst;
+    int fd, dfd;
+    rpipe *p;
+} pipe_fx;
+
+static int fx_open(pipe_fx *x) {
     char path[4096];
     snprintf(path, sizeof path, "%s/f.bin", th_tmpdir());
-    uint8_t *want = make_file(path);
-    REQUIRE(want);
-    int fd = open(path, O_RDONLY), dfd = open(path, O_RDONLY | O_DIRECT);
-    REQUIRE(fd >= 0);
-    rpipe *p = NULL;
-    REQUIRE_OK(rp_new(&p));
-    uint8_t *dst = mmap(NULL, FILE_BYTES + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(dst != MAP_FAILED);
+    memset(x, 0, sizeof *x);
+    x->fd = x->dfd = -1;
+    if (!(x->want = make_file(path))) return -1;
+    x->fd = open(path, O_RDONLY);
+    x->dfd = open(path, O_RDONLY | O_DIRECT);
+    if (x->fd < 0 || rp_new(&x->p) != SCK_OK) return -1;
+    x->dst = mmap(NULL, FILE_BYTES + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    return x->dst == MAP_FAILED ? -1 : 0;
+}
+
+static void fx_close(pipe_fx *x) {
+    rp_free(x->p);
+    if (x->dst && x->dst != MAP_FAILED) munmap(x->dst, FILE_BYTES + 8192);
+    if (x->fd >= 0) close(x->fd);
+    if (x->dfd >= 0) close(x->dfd);
+    free(x->want);
+}
+
+TEST(rpipe_slices_in_order_exact_in_every_mode) {
+    pipe_fx x; /* the file, its descriptors, a pipe and a destination */
+    REQUIRE(fx_open(&x) == 0);
+    rpipe *p = x.p;
+    uint8_t *dst = x.dst, *want = x.want;
+    const int fd = x.fd, dfd = x.dfd;
     uint64_t offs[] = {0, 1, 4096, RP_SLICE - 5, RP_SLICE, 3 * RP_SLICE + 100};
     uint64_t lens[] = {0, 1, 4096, RP_SLICE, RP_SLICE + 1, 2 * RP_SLICE + 4097};
     for (size_t i = 0; i < sizeof offs / sizeof *offs; i++) {
@@ -77,11 +107,7 @@ TEST(rpipe_slices_in_order_exact_in_every_mode) {
     CHECK(n == RP_SLICE && !memcmp(s, want, n));
     rp_finish(p);
     CHECK(read_range(p, fd, -1, 5, 3 * RP_SLICE, NULL, want) == 0);
-    rp_free(p);
-    munmap(dst, FILE_BYTES + 8192);
-    close(fd);
-    if (dfd >= 0) close(dfd);
-    free(want);
+    fx_close(&x);
 }
 
 TEST(rpipe_read_error_names_file_and_stops) {
@@ -113,34 +139,15 @@ TEST(rpipe_read_error_names_file_and_stops) {
     free(want);
 }
 
-/* Drains the current range [off, +len) (started or taken over) of dst, checking it against want. */
-static int drain(rpipe *p, uint64_t off, uint64_t len, uint8_t *dst, const uint8_t *want) {
-    uint64_t got = 0;
-    for (;;) {
-        const uint8_t *s;
-        uint64_t n;
-        if (rp_next(p, &s, &n)) return -1;
-        if (!n) break;
-        if (s != dst + off + got || memcmp(s, want + off + got, n)) return -2;
-        got += n;
-    }
-    return got == len ? 0 : -3;
-}
-
 /* A range queued behind the current one is read while the caller still drains the current one, and
  * rp_start of the same range takes it over; a queued range replaced, or left when the pipe is finished,
  * is abandoned with nothing landing in its buffer afterwards; its read error comes with its takeover. */
 TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
-    char path[4096];
-    snprintf(path, sizeof path, "%s/f.bin", th_tmpdir());
-    uint8_t *want = make_file(path);
-    REQUIRE(want);
-    int fd = open(path, O_RDONLY), dfd = open(path, O_RDONLY | O_DIRECT);
-    REQUIRE(fd >= 0);
-    rpipe *p = NULL;
-    REQUIRE_OK(rp_new(&p));
-    uint8_t *dst = mmap(NULL, FILE_BYTES + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    REQUIRE(dst != MAP_FAILED);
+    pipe_fx x;
+    REQUIRE(fx_open(&x) == 0);
+    rpipe *p = x.p;
+    uint8_t *dst = x.dst, *want = x.want;
+    int fd = x.fd, dfd = x.dfd;
     /* Ranges one after the other into their own places of dst, each queued while the one before is
      * current; O_DIRECT every other range (where the file system has it). */
     uint64_t cut[] = {0, 3u << 20, (3u << 20) + 4096, 7u << 20, (9u << 20) + 5, FILE_BYTES};
@@ -157,7 +164,7 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
                 CHECK(memcmp(dst + o2, want + o2, l2) == 0);
             }
         }
-        CHECK(drain(p, off, len, dst, want) == 0);
+        CHECK(drain(p, off, len, dst + off, want, 0) == 0);
         if (i + 1 < nr) CHECK_OK(rp_start(p, fd, (i + 1) % 2 ? dfd : -1, cut[i + 1], cut[i + 2] - cut[i + 1], dst + cut[i + 1], "f.bin"));
     }
     CHECK(memcmp(dst, want, FILE_BYTES) == 0);
@@ -168,7 +175,7 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
         CHECK_OK(rp_queue(p, fd, dfd, 8u << 20, 4u << 20, dst + (8u << 20), "f.bin"));
         if (how == 0) {
             CHECK_OK(rp_start(p, fd, -1, 1u << 20, 1u << 20, dst + (1u << 20), "f.bin"));
-            CHECK(drain(p, 1u << 20, 1u << 20, dst, want) == 0);
+            CHECK(drain(p, 1u << 20, 1u << 20, dst + (1u << 20), want, 0) == 0);
         }
         rp_finish(p);
         uint8_t *snap = malloc(4u << 20);
@@ -181,7 +188,7 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
     /* A queued range past the end of the file: the error comes once it is current. */
     REQUIRE_OK(rp_start(p, fd, -1, 0, 4096, dst, "f.bin"));
     CHECK_OK(rp_queue(p, fd, -1, FILE_BYTES - 100, 200, dst + 8192, "tail.bin"));
-    CHECK(drain(p, 0, 4096, dst, want) == 0);
+    CHECK(drain(p, 0, 4096, dst, want, 0) == 0);
     REQUIRE_OK(rp_start(p, fd, -1, FILE_BYTES - 100, 200, dst + 8192, "tail.bin"));
     const uint8_t *s;
     uint64_t n;
@@ -189,9 +196,5 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
     CHECK_ERR(rp_queue(p, fd, -1, 0, 10, NULL, "f.bin"), SCK_ERR_INVALID_ARG, "f.bin");
     /* and the pipe works on */
     CHECK(read_range(p, fd, dfd, 5, 3 * RP_SLICE, dst, want) == 0);
-    rp_free(p);
-    munmap(dst, FILE_BYTES + 8192);
-    close(fd);
-    if (dfd >= 0) close(dfd);
-    free(want);
+    fx_close(&x);
 }
