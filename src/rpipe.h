@@ -33,7 +33,7 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
  * current.  A range queued before with other arguments is abandoned.  The caller must leave dst alone
  * until that rp_start or rp_finish.  Errors: SCK_ERR_INVALID_ARG (dst NULL). */
 int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what);
-/* 1 if a range is queued (rp_queue) and every slice of it is read, else 0.  For tests and progress. */
+/* 1 if a range is queued (rp_queue) and every slice of it is read, else 0 (tests wait on it). */
 int rp_queued_read(rpipe *p);
 /* The next slice in order: *s points at it and *n is its length (0 once the range is done).  A slice
  * in the pipe's own buffers stays valid until the next rp_next.  Errors: the read's (SCK_ERR_IO,
