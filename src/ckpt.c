@@ -921,6 +921,18 @@ static int finish_pending(sck_ckpt *ck) {
     return hand_over(ck, q->ei, q->ci, NULL, NULL);
 }
 
+/* Whether this rank checks chunk c's item as it reads it (peer: ckpt_peer_mark's answer, 0 when no comb
+ * was planned for it after all). */
+static int checked_here(const sck_ckpt *ck, const ck_chunk *c, const ck_res *r, int peer) {
+    return ck->verify && c->has_crc && !r->verified && !peer;
+}
+
+/* Whether a checked read of runs l goes through the read-ahead pipe (read_run_checked): one run, no
+ * byte swap, long enough. */
+static int piped_run(int check, const ck_res *r, const run_list *l) {
+    return check && l->n == 1 && !r->swap && l->first_len >= DIRECT_RUN;
+}
+
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
 static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len);
 static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_runs);
@@ -993,15 +1005,16 @@ static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
     ck_res *r;
-    if (c->length <= SMALL_ITEM || resolve_reads(ck, c) || !ck->verify || !c->has_crc || ckpt_peer_mark(ck, ei, ci)) return;
-    if (ckpt_resolve_chunk(ck, ei, ci, &r) != SCK_OK || r->verified || r->swap) return;
+    if (c->length <= SMALL_ITEM || resolve_reads(ck, c) || ckpt_resolve_chunk(ck, ei, ci, &r) != SCK_OK) return;
+    int check = checked_here(ck, c, r, ckpt_peer_mark(ck, ei, ci)); /* a peer's item: read_overlap copies its runs */
+    if (!check) return;
     sck_box ov, cbox;
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, &cbox, r, sb);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     box_runs(&cbox, strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
-    if (l.n != 1 || l.first_len < DIRECT_RUN) return;
+    if (!piped_run(check, r, &l)) return;
     uint8_t *nd = (uint8_t *)x->dst + l.first_dst;
     if (nd < d + len && d < nd + l.first_len) return; /* the same bytes of memory: read in order */
     int direct = choose_direct(ck, c, (uintptr_t)x->dst - r->data_off, 1);
@@ -1299,12 +1312,12 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     int peer = ckpt_peer_mark(ck, ei, ci);
     ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
     if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
-    int check = ck->verify && c->has_crc && !r->verified && !peer, ahead = c->length > SMALL_ITEM;
+    int check = checked_here(ck, c, r, peer), ahead = c->length > SMALL_ITEM;
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, cbox, r, sb);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0};
     box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
-    int piped = check && l.n == 1 && !r->swap && l.first_len >= DIRECT_RUN, pending = 0;
+    int piped = piped_run(check, r, &l), pending = 0;
     /* The check left pending ends before anything else here writes into a destination; a piped read
      * ends it once its own read is under way. */
     if (!piped && (rc = finish_pending(ck))) return rc;
