@@ -322,6 +322,11 @@ typedef struct sck_save_opts {
 /** sck_save_async only: do not copy tensor data; the caller promises not to
  *  modify (or free) any tensor buffer of the state until sck_wait returns. */
 #define SCK_SAVE_NO_COPY 0x4u
+/** sck_save_async only: the background writer runs at the caller's CPU
+ *  priority.  By default (Linux) it runs 10 nice levels below the calling
+ *  thread (at most 19), so that it yields the CPU to the caller's threads;
+ *  on idle CPUs that costs it nothing. */
+#define SCK_SAVE_FULL_PRIORITY 0x8u
 
 /**
  * Saves the state of every rank of `comm` into directory `dir` (created if
@@ -366,7 +371,8 @@ void sck_async_free(sck_async *a);
  * are exchanged, blobs and values are copied, and every tensor piece of the
  * state is copied into the handle's snapshot memory (not copied with
  * SCK_SAVE_NO_COPY).  The data file is written by a background thread
- * while the caller goes on; sck_wait finishes the save.  After a successful
+ * while the caller goes on, at a lower CPU priority (SCK_SAVE_FULL_PRIORITY);
+ * sck_wait finishes the save.  After a successful
  * return the caller may modify its tensors and free `st` (with
  * SCK_SAVE_NO_COPY: tensor buffers must stay unchanged until sck_wait).
  *

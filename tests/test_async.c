@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "ckpt_fixture.h"
 #include "harness.h"
@@ -257,6 +258,67 @@ TEST(async_free_with_pending_save_abandons_it) {
     for (int r = 0; r < RANKS; r++) CHECK_OK(w.rc_wait[r]);
     CHECK(load_matches(&w));
     CHECK(fx_count_siblings(dir) == 0);
+    world_free(&w);
+}
+
+/* ---- the background writer yields the CPU: it runs 10 nice levels below its caller ---- */
+
+typedef struct nice_ctx {
+    int data_lo, data_hi;     /* nice values seen by writes of the data files (the writer threads) */
+    int meta;                 /* and by the write of .metadata (rank 0's own thread, in sck_wait) */
+} nice_ctx;
+
+static int record_nice(void *ctx, io_kind kind, const char *path) {
+    nice_ctx *n = ctx;
+    if (kind != IO_PWRITE) return 0;
+    errno = 0;
+    int v = getpriority(PRIO_PROCESS, 0); /* Linux: the calling thread */
+    if (errno) v = 100;
+    if (strstr(path, ".distcp")) {
+        int lo = __atomic_load_n(&n->data_lo, __ATOMIC_SEQ_CST), hi = __atomic_load_n(&n->data_hi, __ATOMIC_SEQ_CST);
+        while (v < lo && !__atomic_compare_exchange_n(&n->data_lo, &lo, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        }
+        while (v > hi && !__atomic_compare_exchange_n(&n->data_hi, &hi, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+        }
+    } else if (strstr(path, "/.metadata") && !strstr(path, ".sck")) {
+        __atomic_store_n(&n->meta, v, __ATOMIC_SEQ_CST);
+    }
+    return 0;
+}
+
+static void save_recording_nice(world *w, unsigned flags, nice_ctx *n) {
+    *n = (nice_ctx){100, -100, 100};
+    w->flags = flags;
+    io_hook_set(record_nice, n);
+    run(w);
+    io_hook_set(NULL, NULL);
+    for (int r = 0; r < RANKS; r++) CHECK_OK(w->rc_wait[r]);
+}
+
+TEST(async_writer_runs_below_the_callers_priority_unless_asked) {
+    world w;
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    world_init(&w, dir);
+    errno = 0;
+    int base = getpriority(PRIO_PROCESS, 0); /* the thread ranks inherit this thread's value */
+    REQUIRE(errno == 0);
+    int low = base + 10 > 19 ? 19 : base + 10;
+    nice_ctx n;
+    save_recording_nice(&w, 0, &n);
+    CHECK(n.data_lo == low && n.data_hi == low); /* every data file write, on every rank */
+    CHECK(n.meta == base);                       /* sck_wait's own writes stay at the caller's */
+    CHECK(load_matches(&w));
+    save_recording_nice(&w, SCK_SAVE_FULL_PRIORITY, &n);
+    CHECK(n.data_lo == base && n.data_hi == base);
+    CHECK(load_matches(&w));
+    errno = 0;
+    CHECK(getpriority(PRIO_PROCESS, 0) == base && errno == 0); /* the caller's thread is left alone */
+    /* sck_save writes in the caller's threads: the flag is the async save's only. */
+    sck_state *st = sck_state_new();
+    sck_save_opts o = {SCK_SAVE_FULL_PRIORITY, 0, {0}};
+    CHECK_ERR(sck_save(NULL, dir, st, &o), SCK_ERR_INVALID_ARG, "unknown flags 0x8");
+    sck_state_free(st);
     world_free(&w);
 }
 
