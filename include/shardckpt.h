@@ -435,7 +435,14 @@ typedef struct sck_load_opts {
  *  cache, read into a destination aligned as its payload, is read with
  *  O_DIRECT; one still in the cache is copied from it.  A cold load then
  *  skips the page cache's cost (about a third of the time here), and a warm
- *  one keeps the cache's speed. */
+ *  one keeps the cache's speed.
+ *
+ *  With O_DIRECT the disk reads into the caller's pages themselves, so their
+ *  physical layout shapes the requests: one request holds at most the
+ *  device's max_segments runs of contiguous memory (254 on a virtio disk),
+ *  so scattered 4 KiB pages cap it near 1 MiB, where memory backed by huge
+ *  pages (madvise(MADV_HUGEPAGE) on an mmap'ed, 2 MiB-aligned buffer) lets it
+ *  reach max_sectors_kb.  The same holds for SCK_SAVE_DIRECT_IO's writes. */
 #define SCK_LOAD_DIRECT_IO 0x8u
 /** Read everything through the page cache (no O_DIRECT): for file systems
  *  where O_DIRECT is slow or misbehaves, or to leave the checkpoint cached
