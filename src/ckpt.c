@@ -933,6 +933,7 @@ static int piped_run(int check, const ck_res *r, const run_list *l) {
     return check && l->n == 1 && !r->swap && l->first_len >= DIRECT_RUN;
 }
 
+static int item_peer(sck_ckpt *ck, size_t ei, size_t ci, ck_comb **cb);
 static void prefetch_next(sck_ckpt *ck, const ck_chunk *c);
 static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len);
 static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_runs);
@@ -1006,7 +1007,8 @@ static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len) {
     const ck_chunk *c = &e->chunks[ci];
     ck_res *r;
     if (c->length <= SMALL_ITEM || resolve_reads(ck, c) || ckpt_resolve_chunk(ck, ei, ci, &r) != SCK_OK) return;
-    int check = checked_here(ck, c, r, ckpt_peer_mark(ck, ei, ci)); /* a peer's item: read_overlap copies its runs */
+    ck_comb *cb;
+    int check = checked_here(ck, c, r, item_peer(ck, ei, ci, &cb)); /* a peer's item: read_overlap copies its runs */
     if (!check) return;
     sck_box ov, cbox;
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
@@ -1136,6 +1138,14 @@ static ck_comb *find_comb(sck_ckpt *ck, size_t ei, size_t ci) {
         else hi = mid;
     }
     return lo < ck->ncombs && ck->combs[lo].ei == ei && ck->combs[lo].ci == ci ? &ck->combs[lo] : NULL;
+}
+
+/* ckpt_peer_mark's answer for chunk ci of entry ei as a read acts on it: 2 (combined) only where the
+ * combined check was planned here (*cb, else NULL), which otherwise falls back to 0 (checked whole). */
+static int item_peer(sck_ckpt *ck, size_t ei, size_t ci, ck_comb **cb) {
+    int peer = ckpt_peer_mark(ck, ei, ci);
+    *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
+    return peer == 2 && !*cb ? 0 : peer;
 }
 
 /* One run read into the destination with the CRC-32C of its file bytes (taken before any swap):
@@ -1309,9 +1319,8 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     item_what(ck, e, c, what, sizeof what);
     item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
     run_ctx rx = {&ird, r->data_off, dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
-    int peer = ckpt_peer_mark(ck, ei, ci);
-    ck_comb *cb = peer == 2 ? find_comb(ck, ei, ci) : NULL;
-    if (peer == 2 && !cb) peer = 0; /* not planned here after all: check the item whole */
+    ck_comb *cb;
+    int peer = item_peer(ck, ei, ci, &cb);
     int check = checked_here(ck, c, r, peer), ahead = c->length > SMALL_ITEM;
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, cbox, r, sb);
