@@ -795,6 +795,7 @@ typedef struct run_list {
     size_t n, cap;
     int ordered;            /* src offsets ascend without overlap */
     uint64_t first_src, first_dst, first_len;
+    int abs;                /* the dst offsets are addresses (runs into several ranks' buffers: merge_hands) */
 } run_list;
 
 static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
@@ -852,10 +853,11 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
             }
             if (a >= pos + len) break;
             uint64_t take = pos + len - a < left ? pos + len - a : left;
-            memcpy(rx->dst + l->r[k][1] + done, p + (a - pos), take);
+            uint8_t *d = l->abs ? (uint8_t *)(uintptr_t)l->r[k][1] : rx->dst + l->r[k][1];
+            memcpy(d + done, p + (a - pos), take);
             done += take;
             if (done < l->r[k][2]) break;
-            if (rx->swap) swap_elems(rx->dst + l->r[k][1], l->r[k][2], rx->elem);
+            if (rx->swap) swap_elems(d, l->r[k][2], rx->elem);
             k++;
             done = 0;
         }
@@ -1014,7 +1016,7 @@ static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len) {
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, &cbox, r, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
     box_runs(&cbox, strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
     if (!piped_run(check, r, &l)) return;
     uint8_t *nd = (uint8_t *)x->dst + l.first_dst;
@@ -1043,7 +1045,7 @@ static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint
 static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov,
                              const int64_t *strides, run_ctx *rx, size_t nruns) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-    run_list l = {NULL, nruns, 0, 1, 0, 0, 0};
+    run_list l = {NULL, nruns, 0, 1, 0, 0, 0, 0};
     if (c->length <= SMALL_ITEM && l.n <= FEW_RUNS) {
         /* A part of a small item (a row block of a reshard): a window would bring in the whole item
          * and its neighbours, which the item's owner reads already. */
@@ -1255,7 +1257,7 @@ int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *wan
     ck_chunk_intersect(e, ci, want, &cbox, &ov);
     int64_t sb[SCK_MAX_DIMS];
     box_strides(&cbox, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
     box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
     uint64_t a = c->offset + c->payload + l.first_src;
     if (l.n != 1 || c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return 0;
@@ -1265,8 +1267,21 @@ int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *wan
     return 1;
 }
 
+size_t ckpt_run_count(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
+    sck_box ov, cbox;
+    ck_chunk_intersect(e, ci, want, &cbox, &ov);
+    int64_t sb[SCK_MAX_DIMS];
+    box_strides(&cbox, sb);
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    return l.n;
+}
+
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
-static const ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
+static ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
     size_t lo = 0, hi = ck->nhands;
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -1280,13 +1295,104 @@ static const ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t 
     return ck->hands + lo;
 }
 
+/* Another rank's overlap with item (ei, ci), handed over (h->want) but not copied in this rank's pass
+ * over the item: copied now, run by run, from the page cache (the item was just read). */
+static int copy_hand_box(sck_ckpt *ck, size_t ei, size_t ci, ck_hand *h) {
+    ck_entry *e = &ck->m.e[ei];
+    ck_chunk *c = &e->chunks[ci];
+    ck_res *r = NULL;
+    int rc = ckpt_resolve_chunk(ck, ei, ci, &r);
+    if (rc) return rc;
+    char what[4600];
+    item_what(ck, e, c, what, sizeof what);
+    item_rd ird = {ck, ck->files[c->file].fd, c, ck->files[c->file].size, what};
+    run_ctx rx = {&ird, r->data_off, h->dst, sck_dtype_size((sck_dtype)e->dtype), r->swap, 0};
+    sck_box cbox, ov;
+    ck_chunk_intersect(e, ci, h->want, &cbox, &ov);
+    int64_t sb[SCK_MAX_DIMS];
+    if (!(rc = box_runs(&cbox, res_strides(ck, &cbox, r, sb), h->want, &ov, rx.elem, copy_run, &rx))) h->done = 1;
+    return rc;
+}
+
+static void hands_done(sck_ckpt *ck, size_t ei, size_t ci) {
+    size_t n;
+    ck_hand *h = hands_of(ck, ei, ci, &n);
+    for (size_t i = 0; i < n; i++)
+        if (h[i].want) h[i].done = 1;
+}
+
+/* This rank's runs l of item (ei, ci) (in order) and those of the other ranks' overlaps it hands over
+ * (ck_hand with `want`), merged by file offset into *out with addresses for destinations, so that one
+ * pass over the item copies them all.  1 if merged (caller frees out->r); 0 if there is nothing to
+ * add, or the lists cannot be merged (out of order, overlapping runs, too many, no memory): hand_over
+ * then copies them, after the check. */
+static int merge_hands(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const int64_t *strides, const run_ctx *rx,
+                       const run_list *l, run_list *out) {
+    size_t nh = 0, nb = 0;
+    ck_hand *h = ck->nhands ? hands_of(ck, ei, ci, &nh) : NULL;
+    for (size_t i = 0; i < nh; i++) nb += h[i].want && !h[i].done;
+    if (!nb) return 0;
+    run_list *ls = calloc(nb + 1, sizeof *ls);
+    uint8_t **base = calloc(nb + 1, sizeof *base);
+    size_t *at = calloc(nb + 1, sizeof *at), total = l->n, k = 1;
+    int ok = ls && base && at;
+    if (ok) ls[0] = *l, base[0] = rx->dst;
+    for (size_t i = 0; ok && i < nh; i++) {
+        if (!h[i].want || h[i].done) continue;
+        sck_box cb, ov;
+        ck_chunk_intersect(&ck->m.e[ei], ci, h[i].want, &cb, &ov);
+        run_list *x = &ls[k];
+        *x = (run_list){NULL, 0, 0, 1, 0, 0, 0, 0};
+        box_runs(cbox, strides, h[i].want, &ov, rx->elem, collect_run, x); /* counts */
+        total += x->n;
+        ok = total <= MAX_RUNS && (x->r = malloc((x->n ? x->n : 1) * sizeof *x->r));
+        if (!ok) break;
+        x->cap = x->n;
+        x->n = 0;
+        box_runs(cbox, strides, h[i].want, &ov, rx->elem, collect_run, x);
+        ok = x->ordered && x->n == x->cap;
+        base[k++] = h[i].dst;
+    }
+    if (ok) ok = (out->r = malloc((total ? total : 1) * sizeof *out->r)) != NULL;
+    uint64_t end = 0;
+    for (size_t m = 0; ok && m < total; m++) { /* the next run in file order among the lists' heads */
+        size_t b = SIZE_MAX;
+        for (size_t q = 0; q < k; q++)
+            if (at[q] < ls[q].n && (b == SIZE_MAX || ls[q].r[at[q]][0] < ls[b].r[at[b]][0])) b = q;
+        const uint64_t *run = ls[b].r[at[b]++];
+        if (m && run[0] < end) ok = 0; /* two ranks want the same bytes: each run is copied on its own */
+        end = run[0] + run[2];
+        out->r[m][0] = run[0];
+        out->r[m][1] = (uint64_t)(uintptr_t)(base[b] + run[1]);
+        out->r[m][2] = run[2];
+    }
+    for (size_t q = 1; ls && q < k; q++) free(ls[q].r);
+    free(ls);
+    free(base);
+    free(at);
+    if (!ok) {
+        free(out->r);
+        out->r = NULL;
+        return 0;
+    }
+    out->n = out->cap = total;
+    out->ordered = 1;
+    out->abs = 1;
+    return 1;
+}
+
 /* Item (ei, ci) has just been checked here: the other thread ranks' runs of it go into their buffers.
  * The item's bytes are at hand as three pieces (p[k] holding file bytes [at[k], at[k+1])), or, where
  * p is NULL, read again from the page cache. */
 static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p, const uint64_t *at) {
     size_t n;
-    const ck_hand *h = ck->nhands ? hands_of(ck, ei, ci, &n) : NULL;
+    ck_hand *h = ck->nhands ? hands_of(ck, ei, ci, &n) : NULL;
     for (size_t i = 0; h && i < n; i++) {
+        if (h[i].want) {
+            int rc = h[i].done ? SCK_OK : copy_hand_box(ck, ei, ci, &h[i]);
+            if (rc) return rc;
+            continue;
+        }
         if (!p) {
             struct iovec v = {h[i].dst, (size_t)h[i].len};
             int rc = preadv_full(ck, ei, ci, ck->files[ck->m.e[ei].chunks[ci].file].fd, &v, 1, h[i].run);
@@ -1324,7 +1430,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     int check = checked_here(ck, c, r, peer), ahead = c->length > SMALL_ITEM;
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, cbox, r, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
     box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
     int piped = piped_run(check, r, &l), pending = 0;
     /* The check left pending ends before anything else here writes into a destination; a piped read
@@ -1376,8 +1482,12 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
         if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
         box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
         if (l.ordered) {
-            rc = check_and_copy(ck, ei, ci, &rx, &l, 1);
+            run_list all = {NULL, 0, 0, 1, 0, 0, 0, 1};
+            int merged = merge_hands(ck, ei, ci, cbox, strides, &rx, &l, &all);
+            rc = check_and_copy(ck, ei, ci, &rx, merged ? &all : &l, 1);
             free(l.r);
+            free(all.r);
+            if (merged && !rc) hands_done(ck, ei, ci);
             r->verified = !rc;
             return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
         }
@@ -1464,7 +1574,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     }
     sck_box ov, cbox;
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0};
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
     int64_t sb[SCK_MAX_DIMS];
     box_runs(&cbox, res_strides(ck, &cbox, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;

@@ -73,12 +73,16 @@ typedef struct ck_file {
 /* A model the thread-ranks of one load read together (ckpt_share): the last close frees it. */
 typedef struct ck_shared ck_shared;
 
-/* A run of an item this rank checks that another thread rank of the load wants: the item's owner
- * copies it into that rank's buffer once the item is checked, so the other rank reads nothing of it. */
+/* A part of an item this rank checks that another thread rank of the load wants: the item's owner
+ * copies it into that rank's buffer once the item is checked, so the other rank reads nothing of it.
+ * Either one run (a row block of a small item) or, with `want` set, that rank's whole overlap with the
+ * chunk as many short runs (a column block), which the owner copies out in its own pass over the item. */
 typedef struct ck_hand {
     size_t ei, ci;
-    uint64_t run, len;              /* the run's file offset and length, inside the item */
-    uint8_t *dst;
+    uint64_t run, len;              /* the run's file offset and length, inside the item (no `want`) */
+    uint8_t *dst;                   /* the run's destination, or the other rank's buffer for `want` */
+    const sck_box *want;            /* the other rank's box (its state's, alive until the load ends) */
+    int done;                       /* `want`'s runs are in place */
 } ck_hand;
 
 struct sck_ckpt {
@@ -218,6 +222,9 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);
  * cache knows its payload: row-major, little-endian) that lies inside the item, and where: *run (file
  * offset), *len, *dst_off (into the want's buffer). */
 int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off);
+/* How many runs want's overlap with chunk ci of entry ei is, for an item of ours whose payload the
+ * model cache places (row-major, little-endian); 0 for any other item. */
+size_t ckpt_run_count(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want);
 int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);

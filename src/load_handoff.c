@@ -1,4 +1,4 @@
-/* load_handoff.c - thread ranks hand each other the runs of small items they both read (see load_handoff.h). */
+/* load_handoff.c - thread ranks hand each other the parts of items they both read (see load_handoff.h). */
 #include "load_handoff.h"
 
 #include <stdlib.h>
@@ -36,7 +36,21 @@ static int cmp_hand(const void *a, const void *b) {
     return x->ci < y->ci ? -1 : x->ci > y->ci;
 }
 
-/* Lists the hand-overs of the items this rank checks; marks the other ranks' ops. */
+static int push_hand(sck_ckpt *ck, size_t *cap, ck_hand h) {
+    if (ck->nhands == *cap) {
+        size_t nc = *cap ? 2 * *cap : 256;
+        ck_hand *p = realloc(ck->hands, nc * sizeof *p);
+        if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
+        ck->hands = p, *cap = nc;
+    }
+    ck->hands[ck->nhands++] = h;
+    return SCK_OK;
+}
+
+/* Lists the hand-overs of the items this rank checks; marks the other ranks' ops.  A small item's single
+ * run is handed over; so is an overlap of many runs (a column block) when this rank reads the item as
+ * many runs too, in one pass over all of it (ckpt.c's check_and_copy) that can copy the other ranks'
+ * runs out as well: otherwise each of them would stream the whole item again for its share. */
 static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     const ck_reads *r = v[me].r;
     size_t *split = calloc((size_t)nranks, sizeof *split), cap = 0;
@@ -48,7 +62,8 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
         size_t ei = v[me].w[o->k].ei, ci = o->ci;
         const ck_chunk *c = &ck->m.e[ei].chunks[ci];
         if (ckpt_peer_mark(ck, ei, ci)) continue; /* not this rank's to check */
-        if (c->length > SMALL_ITEM || !c->has_crc) continue;
+        if (!c->has_crc) continue;
+        int small = c->length <= SMALL_ITEM, mine_many = -1; /* whether this rank reads it as many runs: asked once */
         for (int q = 0; q < nranks && !rc; q++) {
             if (q == me || ckpt_peer_mark(v[q].ck, ei, ci) != 1) continue; /* q reads its runs, another rank checks */
             read_op *qo = v[q].r->op;
@@ -57,18 +72,15 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
                 for (size_t i = lower(qo, runs[h][0], runs[h][1], o->file, o->off); i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
                     const ck_want *x = &v[q].w[qo[i].k];
                     uint64_t run, len, doff;
-                    if (qo[i].handed || x->ei != ei || qo[i].ci != ci || !ckpt_single_run(ck, ei, ci, x->box, &run, &len, &doff)) continue;
-                    if (ck->nhands == cap) {
-                        size_t nc = cap ? 2 * cap : 256;
-                        ck_hand *p = realloc(ck->hands, nc * sizeof *p);
-                        if (!p) {
-                            rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
-                            break;
-                        }
-                        ck->hands = p, cap = nc;
+                    if (qo[i].handed || x->ei != ei || qo[i].ci != ci) continue;
+                    if (small && ckpt_single_run(ck, ei, ci, x->box, &run, &len, &doff)) {
+                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, run, len, (uint8_t *)x->dst + doff, NULL, 0});
+                    } else {
+                        if (mine_many < 0) mine_many = ckpt_run_count(ck, ei, ci, v[me].w[o->k].box) > 1;
+                        if (!mine_many || ckpt_run_count(ck, ei, ci, x->box) < 2) continue;
+                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, 0, 0, x->dst, x->box, 0});
                     }
-                    ck->hands[ck->nhands++] = (ck_hand){ei, ci, run, len, (uint8_t *)x->dst + doff};
-                    qo[i].handed = 1;
+                    if (!rc) qo[i].handed = 1;
                 }
             }
         }

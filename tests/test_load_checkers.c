@@ -22,7 +22,8 @@
 typedef struct job {
     const char *dir;
     float *w, *v;             /* the global tensors */
-    int by_cols;              /* load column blocks instead of row blocks */
+    int by_cols;              /* load column blocks instead of row blocks (2: columns col_lo..col_hi per rank) */
+    int64_t col_lo[8], col_hi[8];
     int replicated;           /* every rank loads all rows lo..hi */
     int64_t lo, hi;           /* rows of w loaded (split among the ranks) */
     int with_v;               /* also load v (split by rows) */
@@ -101,7 +102,8 @@ static int load_rank(sck_comm *c, void *arg) {
     job *g = arg;
     int r = sck_comm_rank(c), n = sck_comm_size(c);
     int64_t ws[2] = {WR, WC}, wo[2], wz[2];
-    if (g->by_cols) wo[0] = 0, wo[1] = WC * r / n, wz[0] = WR, wz[1] = WC * (r + 1) / n - wo[1];
+    if (g->by_cols == 2) wo[0] = 0, wo[1] = g->col_lo[r], wz[0] = WR, wz[1] = g->col_hi[r] - g->col_lo[r];
+    else if (g->by_cols) wo[0] = 0, wo[1] = WC * r / n, wz[0] = WR, wz[1] = WC * (r + 1) / n - wo[1];
     else if (g->replicated) wo[0] = g->lo, wo[1] = 0, wz[0] = g->hi - g->lo, wz[1] = WC;
     else wo[0] = g->lo + (g->hi - g->lo) * r / n, wo[1] = 0, wz[0] = g->lo + (g->hi - g->lo) * (r + 1) / n - wo[0], wz[1] = WC;
     int64_t vs[2] = {VR, WC}, vo[2] = {VR * r / n, 0}, vz[2] = {VR * (r + 1) / n - VR * r / n, WC};
@@ -320,6 +322,44 @@ TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
             flip_fails_all(&g, L.file[b], at, 0x80, n);
         }
     }
+    teardown(&g);
+}
+
+/* Column blocks of large items: the owner reads each item in one pass to check it, and thread ranks
+ * share an address space, so it copies every other rank's columns out of that pass too
+ * (load_handoff.h): the process reads each item once, where each rank used to stream the whole item
+ * again for its share (about n times the items).  Two ranks wanting the same columns cannot be served
+ * by one ordered pass; the owner then copies their columns after its check, still right.  A flip in a
+ * handed-over rank's columns fails every rank. */
+TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    struct stat sa, sb;
+    char p1[4200], p2[4200];
+    snprintf(p1, sizeof p1, "%s/.metadata", dir);
+    snprintf(p2, sizeof p2, "%s/.metadata.sck", dir);
+    REQUIRE(stat(p1, &sa) == 0 && stat(p2, &sb) == 0);
+    uint64_t items = L.len[0] + L.len[1], meta = (uint64_t)sa.st_size + (uint64_t)sb.st_size;
+    g.by_cols = 1;
+    for (int n = 2; n <= 4; n++) {
+        uint64_t got = load_with(&g, n);
+        expect_all_ok(&g, n);
+        CHECK(got >= items && got <= items + meta + 8192);
+        if (got > items + meta + 8192)
+            fprintf(stderr, "  %d ranks read %llu bytes, items %llu\n", n, (unsigned long long)got, (unsigned long long)items);
+    }
+    uint64_t at = L.payload[1] + 700 * ROW + 100 * 4; /* column 100: rank 0's of 3, never an owner's */
+    flip_fails_all(&g, L.file[1], at, 0x10, 3);
+    /* Ranks 0 and 1 want the same columns, rank 2 the rest. */
+    g.by_cols = 2;
+    const int64_t lo[3] = {0, 0, 300}, hi[3] = {300, 300, WC};
+    for (int r = 0; r < 3; r++) g.col_lo[r] = lo[r], g.col_hi[r] = hi[r];
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    flip_fails_all(&g, L.file[0], L.payload[0] + 10 * ROW + 5 * 4, 0x02, 3);
     teardown(&g);
 }
 
