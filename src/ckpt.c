@@ -1440,14 +1440,19 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
      * and an item checked around several runs, are read through the cache, with its read-ahead. */
     int long_runs = l.n && box_numel(ov) * rx.elem / l.n >= DIRECT_RUN && (piped || !check);
     ck->direct = choose_direct(ck, c, (uintptr_t)dst - r->data_off, long_runs);
-    if (ahead && !ck->direct) {
+    /* A checked pass over the whole item (many runs) goes through the pipe, whose helpers' reads in file
+     * order are the kernel's cue to read ahead; asking here instead put the page allocations of the
+     * item and the next on the rank's thread (a sixth of a 2-rank column load's samples) while the
+     * pass waited. */
+    int pass = check && l.n > 1;
+    if (ahead && !ck->direct && !pass) {
         /* All of the first 64 MiB of this item in flight at once, not one read-ahead window at a time
          * (its start follows the headers, so the kernel does not see a sequential stream). */
         posix_fadvise(ck->files[c->file].fd, (off_t)c->offset, (off_t)(c->length < PREFETCH_AHEAD ? c->length : PREFETCH_AHEAD),
                       POSIX_FADV_WILLNEED); /* advice only */
     }
     /* The next item is asked for before this one is read; read_run_checked asks once its read is under way. */
-    if (ahead && !piped) prefetch_next(ck, c);
+    if (ahead && !piped && !pass) prefetch_next(ck, c);
     if (!check) {
         rc = cb     ? read_combined(ck, cb, cbox, want, ov, strides, &rx)
              : peer ? copy_peer_checked(ck, ei, ci, cbox, want, ov, strides, &rx, l.n)

@@ -251,6 +251,25 @@ static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, con
     return need_at(all, at, r) ? r : -1;
 }
 
+/* Ranks sharing one page cache: a large item checked whole by its owner (no combined check: column
+ * blocks, many runs a reader) goes to the rank whose part of the files holds it, as a small item does,
+ * when that rank needs about as much of it as any (a near tie, as owner_at counts them).  Each owner
+ * then streams one stretch of the files, as a plain parallel read does, where owners by contiguous
+ * item numbers (owner_at) each took a few tensors and hopped between every rank's file.  -1: no such
+ * rank. */
+static int part_owner_large(const uint64_t *ext, size_t nfiles, const ck_chunk *c, const lc_need *const *all, const long *at,
+                            int nranks) {
+    if (!nfiles || c->file >= nfiles) return -1;
+    int r = (int)(ckpt_file_pos(ext, c->file, c->offset) * nranks / (double)nfiles);
+    if (r >= nranks) r = nranks - 1;
+    uint64_t most = 0;
+    for (int q = 0; q < nranks; q++) {
+        uint64_t b = need_at(all, at, q);
+        if (b > most) most = b;
+    }
+    return most && need_at(all, at, r) >= most - most / LC_NEAR_TIE ? r : -1;
+}
+
 /* A place in one rank's wire list: its current record x (with its runs g) while `have`. */
 typedef struct lc_cur {
     const uint8_t *q, *end;
@@ -321,6 +340,10 @@ static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
         if (owner < 0) owner = owner_at(a, at, nranks, item, base[ck->m.n]);
         int comb = plan_comb(&ck->m.e[ei].chunks[ci], (const lc_rng *const *)rng, at, nranks, me, owner, &cbs[ncb]);
         if (comb < 0) ok = 0;
+        if (comb == 0 && ext && ck->m.e[ei].chunks[ci].length > SMALL_ITEM) { /* checked whole by one rank */
+            int po = part_owner_large(ext, ck->m.nfiles, &ck->m.e[ei].chunks[ci], a, at, nranks);
+            if (po >= 0) owner = po;
+        }
         if (ok && !(comb <= 0 && owner == me)) {
             if (!pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) {
                 ok = 0;

@@ -4,8 +4,10 @@
  * only the rest (headers, trailer, bytes nobody reads) to checksum it; load's final agreement combines
  * the parts (sck_crc32c_combine) into the item's CRC.  Items read as many short runs (column blocks),
  * small items (up to SMALL_ITEM, read with their neighbours in one window) and items one rank reads
- * whole are read and checked whole by the owner, the others reading only their runs.  A load fails on every
- * rank if any check fails, so every delivered byte is still covered. */
+ * whole are read and checked whole by the owner, the others reading only their runs.  Where the ranks
+ * share a page cache, the owner of a small item, and of a large one checked whole that the ranks need
+ * about equally of, is the rank whose part of the files holds it: each owner streams one stretch of the
+ * files.  A load fails on every rank if any check fails, so every delivered byte is still covered. */
 #ifndef SCK_LOAD_CHECKS_H
 #define SCK_LOAD_CHECKS_H
 

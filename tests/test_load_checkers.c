@@ -304,9 +304,10 @@ TEST(load_checks_flip_seen_only_by_non_owner_fails_all_ranks) {
     teardown(&g);
 }
 
-/* By columns every rank needs a share of every item.  On 3 ranks rank 2 (342 of 1024 columns) owns
- * both; on 2 ranks they tie and own one each (items 2 and 3: v's come first).  A flip in rank 0's
- * columns fails all ranks, also in the item rank 1 owns. */
+/* By columns every rank needs a share of every item, about the same (341, 341 and 342 of 1024 columns
+ * on 3 ranks): the ranks share a page cache, so each item goes to the rank whose part of the files
+ * holds it (rank 0 the first, rank 1 the second; load_owners_of_column_blocks_follow_the_files).  A
+ * flip in rank 0's columns fails all ranks, also in the item rank 1 owns. */
 TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -351,7 +352,7 @@ TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
         if (got > items + meta + 8192)
             fprintf(stderr, "  %d ranks read %llu bytes, items %llu\n", n, (unsigned long long)got, (unsigned long long)items);
     }
-    uint64_t at = L.payload[1] + 700 * ROW + 100 * 4; /* column 100: rank 0's of 3, never an owner's */
+    uint64_t at = L.payload[1] + 700 * ROW + 100 * 4; /* column 100: rank 0's of 3, in the item rank 1 owns */
     flip_fails_all(&g, L.file[1], at, 0x10, 3);
     /* Ranks 0 and 1 want the same columns, rank 2 the rest. */
     g.by_cols = 2;
@@ -360,6 +361,71 @@ TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
     load_with(&g, 3);
     expect_all_ok(&g, 3);
     flip_fails_all(&g, L.file[0], L.payload[0] + 10 * ROW + 5 * 4, 0x02, 3);
+    teardown(&g);
+}
+
+/* Which rank checks each of w's two items (ckpt_peer_mark 0 on that rank only), as lc_assign plans a
+ * column-block load on n thread ranks. */
+typedef struct owners_job {
+    const char *dir;
+    int n;
+    int mark[8][2];
+    int rc[8];
+} owners_job;
+
+static int owners_rank(sck_comm *c, void *arg) {
+    owners_job *o = arg;
+    int r = sck_comm_rank(c), n = sck_comm_size(c);
+    sck_ckpt *ck = NULL;
+    int rc = sck_ckpt_open(o->dir, &ck);
+    long wi = rc ? -1 : sck_ckpt_find(ck, "w");
+    if (!rc && wi < 0) rc = SCK_ERR_MISSING_KEY;
+    sck_box box = {2, {0, WC * r / n}, {WR, WC * (r + 1) / n - WC * r / n}};
+    ck_want want = {(size_t)(wi < 0 ? 0 : wi), &box, NULL};
+    ck_reads rd = {NULL, 0};
+    if (!rc) {
+        ck->verify = 1;
+        ck->rank = r;
+        ck->nranks = n;
+        ck->one_cache = comm_one_node(c);
+        rc = ckpt_plan_reads(ck, &want, 1, &rd);
+    }
+    rc = lc_assign(c, ck, &want, &rd, rc);
+    for (int k = 0; !rc && k < 2; k++) o->mark[r][k] = ckpt_peer_mark(ck, (size_t)wi, (size_t)k);
+    free(rd.op);
+    sck_ckpt_close(ck);
+    o->rc[r] = rc;
+    return rc;
+}
+
+/* Ranks that share a page cache and need about the same of a large item read as many short runs (a
+ * column block each: no combined check) give its check to the rank whose part of the files holds it,
+ * as for small items: each owner then streams one stretch of the files, as a plain parallel read
+ * does, instead of taking whole tensors, one chunk in every rank's file.  On 3 ranks w's first item
+ * (file 0) goes to rank 0 and its second (file 1, halfway through the files) to rank 1, where the rank
+ * with the most columns (rank 2, 342 of 1024) used to take both. */
+TEST(load_owners_of_column_blocks_follow_the_files) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(strcmp(L.file[0], L.file[1]) < 0); /* w's item 0 lies in the first file */
+    for (int n = 2; n <= 4; n++) {
+        owners_job o;
+        memset(&o, 0, sizeof o);
+        o.dir = dir;
+        o.n = n;
+        REQUIRE_OK(sck_threads_run(n, owners_rank, &o));
+        for (int k = 0; k < 2; k++) {
+            int want_owner = k * n / 2; /* the file's first item: file k starts k/2 of the way through */
+            for (int r = 0; r < n; r++) {
+                CHECK(o.mark[r][k] == (r == want_owner ? 0 : 1));
+                if (o.mark[r][k] != (r == want_owner ? 0 : 1))
+                    fprintf(stderr, "  %d ranks, item %d: rank %d has mark %d\n", n, k, r, o.mark[r][k]);
+            }
+        }
+    }
     teardown(&g);
 }
 
