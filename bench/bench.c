@@ -432,7 +432,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     line("save", L, rs1, &w, 0.9, ts);
     line("load", L, rs1, &l, 0.9, tl);
     line("load-reshard", L, rs2, &rs, 0.8, -1);
-    if (cols) line("load-cols", L, rs1, &co, 0, -1);
+    if (cols) line("load-cols", L, rs1, &co, 0.8, -1); /* a resharded load: every rank needs part of every chunk */
     if (wd.sck > 0) line("save-direct", L, rs1, &wd, 0.9, -1);
     if (ld.sck > 0) line("load-direct", L, rs1, &ld, 0.9, -1);
     line("async-stall", L, rs1, &as, 1 / 1.2, -1);
