@@ -618,8 +618,11 @@ int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
                    (unsigned long long)c->offset, (unsigned long long)(c->offset + c->length), crc, c->crc32c);
 }
 
+static int stream_fd(sck_ckpt *ck, uint32_t fi);
+
 /* Consecutive pieces of item bytes [pos, end): long ranges come from the read-ahead pipe (the next
- * slice is read while this one is used), short ones from the windows. */
+ * slice is read while this one is used), through the file's streaming descriptor, whose read-ahead
+ * the header and window reads between passes do not reset; short ones from the windows. */
 typedef struct span_it {
     item_rd *ird;
     uint64_t pos, end;
@@ -637,7 +640,7 @@ static void span_begin(span_it *it, item_rd *ird, uint64_t from, uint64_t to) {
         ck->rp_failed = 1; /* no thread: the windows do the job, without the overlap */
         return;
     }
-    it->piped = rp_start(ck->rp, ird->fd, -1, from, to - from, NULL, ird->what) == SCK_OK;
+    it->piped = rp_start(ck->rp, stream_fd(ck, ird->c->file), -1, from, to - from, NULL, ird->what) == SCK_OK;
 }
 
 static int span_next(span_it *it, const uint8_t **p, uint64_t *n) {
