@@ -24,6 +24,7 @@
 #define HEAD_BYTES (64u << 10)       /* a large item's headers: read this much at its start or end */
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
+#define PLAN_AHEAD 8                  /* wants whose boxes are asked for ahead of planning them */
 #define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
 #define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
 #define PIPE_MIN (1u << 20)          /* ranges this long are read ahead on the pipe's thread */
@@ -1538,7 +1539,7 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
             *op = p;
             *cap = c2;
         }
-        (*op)[(*m)++] = (read_op){e->chunks[ci].file, 0, e->chunks[ci].offset, k, ci, elems};
+        (*op)[(*m)++] = (read_op){e->chunks[ci].file, 0, elems == need, e->chunks[ci].offset, k, ci, elems};
     }
     if (got != need) /* never more: saved chunks do not overlap */
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",
@@ -1574,7 +1575,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     }
     if ((r->verified && !peer) || r->swap) return 0;
     uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = ck_chunk_numel(e, ci);
-    if (!r->strides && o->elems == n && box_numel(x->box) == n) { /* the box is the chunk (a same-layout load) */
+    if (!r->strides && o->elems == n && o->whole) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
         uint64_t a = r->data_off, len = n * elem;
         *s = (small_rd){x->ei, ci, a, len, x->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
@@ -1685,7 +1686,14 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     int rc = SCK_OK;
     r->op = NULL;
     r->m = 0;
-    for (size_t k = 0; k < n && !rc; k++) rc = plan_want(ck, &w[k], k, &op, &m, &cap);
+    for (size_t k = 0; k < n && !rc; k++) {
+        if (k + PLAN_AHEAD < n) { /* the state's boxes lie apart in memory: each one's first touch waits on it */
+            const char *b = (const char *)w[k + PLAN_AHEAD].box;
+            __builtin_prefetch(b);
+            __builtin_prefetch(b + offsetof(sck_box, size));
+        }
+        rc = plan_want(ck, &w[k], k, &op, &m, &cap);
+    }
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */

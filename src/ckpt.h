@@ -209,6 +209,7 @@ int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
 typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
     uint32_t file;
     uint8_t handed;                 /* the item's owner copies it into place (load_handoff.h): skip it */
+    uint8_t whole;                  /* the overlap is all of want k's box (the box is not read again to know) */
     uint64_t off;                   /* the item's file and offset: the reading order */
     size_t k, ci;
     uint64_t elems;                 /* elements in the overlap */
