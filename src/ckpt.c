@@ -24,7 +24,6 @@
 #define HEAD_BYTES (64u << 10)       /* a large item's headers: read this much at its start or end */
 #define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
 #define MAX_PKL (64u << 20)
-#define PLAN_AHEAD 8                  /* wants whose boxes are asked for ahead of planning them */
 #define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
 #define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
 #define PIPE_MIN (1u << 20)          /* ranges this long are read ahead on the pipe's thread */
@@ -1649,6 +1648,7 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
     uint64_t scratch = 0, end = 0;
     for (; j + n < m; n++) {
         const read_op *o = &op[j + n];
+        if (j + n + CK_AHEAD < m) ckpt_prefetch_box(w[op[j + n + CK_AHEAD].k].box);
         if ((n && o->file != op[j].file) || o->handed || iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
         if (n && (s[n].from < end || s[n].from - end > (s[n].check ? BATCH_GAP : PEER_GAP) || s[n].to - s[0].from > BATCH_BYTES)) break;
         uint64_t more = (n ? s[n].from - end : 0) + (s[n].to - s[n].from) - s[n].len;
@@ -1687,11 +1687,7 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     r->op = NULL;
     r->m = 0;
     for (size_t k = 0; k < n && !rc; k++) {
-        if (k + PLAN_AHEAD < n) { /* the state's boxes lie apart in memory: each one's first touch waits on it */
-            const char *b = (const char *)w[k + PLAN_AHEAD].box;
-            __builtin_prefetch(b);
-            __builtin_prefetch(b + offsetof(sck_box, size));
-        }
+        if (k + CK_AHEAD < n) ckpt_prefetch_box(w[k + CK_AHEAD].box);
         rc = plan_want(ck, &w[k], k, &op, &m, &cap);
     }
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where

@@ -2,6 +2,8 @@
 #ifndef SCK_CKPT_H
 #define SCK_CKPT_H
 
+#include <stddef.h>
+
 #include "dcp_meta.h"
 #include "rcache.h"
 #include "rpipe.h"
@@ -202,6 +204,13 @@ typedef struct ck_want {
  * anything is read, and the overlaps are read in file order.  Errors: the first failing box's check,
  * then the first failing read's; SCK_ERR_NOMEM.  The same as ckpt_plan_reads, then ckpt_run_reads. */
 int ckpt_read_boxes(sck_ckpt *ck, const ck_want *w, size_t n);
+/* Asks the CPU for the parts of box b a load reads (ndim, off, size): a state's boxes lie apart in
+ * memory, and loops over thousands of them otherwise wait on each one's first touch. */
+static inline void ckpt_prefetch_box(const sck_box *b) {
+    __builtin_prefetch(b);
+    __builtin_prefetch((const char *)b + offsetof(sck_box, size));
+}
+#define CK_AHEAD 8 /* how many wants ahead loops over them ask for their boxes */
 /* ckpt_read_boxes in two steps: a load plans its checks (src/load_checks.h) from the planned reads.
  * ckpt_plan_reads checks every box and orders the reads (errors as ckpt_read_boxes'; on error *r
  * holds nothing); ckpt_run_reads then reads them, wants w unchanged, and frees *r whatever it

@@ -77,6 +77,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         uint64_t bytes = 0, rg[LC_RANGES][2];
         size_t nr = 0;
         for (e = i; e < n && rec[e].g == rec[i].g; e++) {
+            if (e + CK_AHEAD < n) ckpt_prefetch_box(w[r->op[rec[e + CK_AHEAD].j].k].box);
             bytes = rec[e].bytes > UINT64_MAX - bytes ? UINT64_MAX : bytes + rec[e].bytes;
             const read_op *o = &r->op[rec[e].j];
             const ck_want *x = &w[o->k];

@@ -12,16 +12,6 @@ typedef struct lh_view {        /* what one rank shows the others: valid until t
 
 static int op_before(const read_op *o, uint32_t file, uint64_t off) { return o->file < file || (o->file == file && o->off < off); }
 
-/* First op at or after (file, off) in the sorted op[lo, hi). */
-static size_t lower(const read_op *op, size_t lo, size_t hi, uint32_t file, uint64_t off) {
-    while (lo < hi) {
-        size_t mid = lo + (hi - lo) / 2;
-        if (op_before(&op[mid], file, off)) lo = mid + 1;
-        else hi = mid;
-    }
-    return lo;
-}
-
 /* The ops are in file order, rotated to start at the rank's share (ckpt_plan_reads): two sorted runs,
  * the second from the returned index. */
 static size_t rotation(const read_op *op, size_t m) {
@@ -54,11 +44,21 @@ static int push_hand(sck_ckpt *ck, size_t *cap, ck_hand h) {
 static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     const ck_reads *r = v[me].r;
     size_t *split = calloc((size_t)nranks, sizeof *split), cap = 0;
-    if (!split) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
-    for (int q = 0; q < nranks; q++) split[q] = rotation(v[q].r->op, v[q].r->m);
+    /* Where each half of each rank's ops was left: this rank's ops come in two ascending runs too, so
+     * the cursors only move forward, but at the one wrap-around (a binary search of another rank's
+     * ops for each item missed the cache at every step). */
+    size_t (*cur)[2] = calloc((size_t)nranks, sizeof *cur);
+    if (!split || !cur) {
+        free(split);
+        free(cur);
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
+    }
+    for (int q = 0; q < nranks; q++) split[q] = rotation(v[q].r->op, v[q].r->m), cur[q][0] = 0, cur[q][1] = split[q];
     int rc = SCK_OK;
     for (size_t j = 0; j < r->m && !rc; j++) {
         const read_op *o = &r->op[j];
+        if (j && op_before(o, r->op[j - 1].file, r->op[j - 1].off)) /* the wrap-around: start over */
+            for (int q = 0; q < nranks; q++) cur[q][0] = 0, cur[q][1] = split[q];
         size_t ei = v[me].w[o->k].ei, ci = o->ci;
         const ck_chunk *c = &ck->m.e[ei].chunks[ci];
         if (ckpt_peer_mark(ck, ei, ci)) continue; /* not this rank's to check */
@@ -69,7 +69,8 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
             read_op *qo = v[q].r->op;
             size_t qm = v[q].r->m, runs[2][2] = {{0, split[q]}, {split[q], qm}};
             for (int h = 0; h < 2 && !rc; h++) {
-                for (size_t i = lower(qo, runs[h][0], runs[h][1], o->file, o->off); i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
+                while (cur[q][h] < runs[h][1] && op_before(&qo[cur[q][h]], o->file, o->off)) cur[q][h]++;
+                for (size_t i = cur[q][h]; i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
                     const ck_want *x = &v[q].w[qo[i].k];
                     uint64_t run, len, doff;
                     if (qo[i].handed || x->ei != ei || qo[i].ci != ci) continue;
@@ -86,6 +87,7 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
         }
     }
     free(split);
+    free(cur);
     if (!rc && ck->nhands > 1) qsort(ck->hands, ck->nhands, sizeof *ck->hands, cmp_hand);
     return rc;
 }
