@@ -458,11 +458,14 @@ typedef struct sck_load_opts {
  * Checksums: a CRC-32C covers a whole saved item (chunk).  When several ranks
  * read parts of one item (a resharded load), each reading it as a few runs
  * (e.g. row blocks), every reader checksums the runs it reads, the rank
- * needing most of the item (its owner) reads only the rest (headers, bytes
- * nobody requested), and the final agreement combines these CRCs into the
+ * needing most of the item (its owner; among ranks of one node needing
+ * about as much, the one whose share of the files holds it) reads only the
+ * rest (headers, bytes nobody requested), and the final agreement combines these CRCs into the
  * item's: the item is read once in all.  Read as many short runs (column
  * blocks), the owner reads and checks it whole and the others read only
- * their bytes.  If any check fails the load fails on every rank, so no rank
+ * their bytes; when the ranks are threads of one process (sck_threads_run)
+ * the owner copies the others' bytes into their buffers from its own pass
+ * over the item, and they read nothing of it.  If any check fails the load fails on every rank, so no rank
  * returns SCK_OK with a byte from an item that does not match.  Items no
  * rank reads are not checked.  A rank loading with SCK_LOAD_NO_VERIFY
  * checks nothing, for itself or for others.
