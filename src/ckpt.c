@@ -1252,16 +1252,25 @@ static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct 
     return SCK_OK;
 }
 
-int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off) {
+/* The runs of want's overlap with chunk ci of entry ei in an item of ours whose payload the model
+ * cache places (row-major): 0 for any other item, else 1 with *l counted (and its first run). */
+static int own_item_runs(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, run_list *l) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
-    if (c->length > SMALL_ITEM || c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
+    if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
     sck_box ov, cbox;
     ck_chunk_intersect(e, ci, want, &cbox, &ov);
     int64_t sb[SCK_MAX_DIMS];
     box_strides(&cbox, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
-    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    *l = (run_list){NULL, 0, 0, 1, 0, 0, 0, 0};
+    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, l);
+    return 1;
+}
+
+int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    run_list l;
+    if (c->length > SMALL_ITEM || !own_item_runs(ck, ei, ci, want, &l)) return 0;
     uint64_t a = c->offset + c->payload + l.first_src;
     if (l.n != 1 || c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return 0;
     *run = a;
@@ -1271,16 +1280,8 @@ int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *wan
 }
 
 size_t ckpt_run_count(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want) {
-    const ck_entry *e = &ck->m.e[ei];
-    const ck_chunk *c = &e->chunks[ci];
-    if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
-    sck_box ov, cbox;
-    ck_chunk_intersect(e, ci, want, &cbox, &ov);
-    int64_t sb[SCK_MAX_DIMS];
-    box_strides(&cbox, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
-    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
-    return l.n;
+    run_list l;
+    return own_item_runs(ck, ei, ci, want, &l) ? l.n : 0;
 }
 
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
