@@ -76,15 +76,13 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
 
 /* The model's entry for each of st's entries, or -1 (caller frees; NULL: out of memory).  A state's
  * keys mostly come in the model's sorted order, so each search first tries the entry after the last. */
-#define FIND_AHEAD 8
-
 static long *find_entries(const sck_ckpt *ck, const sck_state *st) {
     long *found = malloc((st->n ? st->n : 1) * sizeof *found);
     long next = 0;
     for (size_t i = 0; found && i < st->n; i++) {
-        if (i + FIND_AHEAD < st->n) { /* both keys' bytes lie apart in memory: asked for ahead */
-            __builtin_prefetch(st->e[i + FIND_AHEAD].key);
-            if ((size_t)next + FIND_AHEAD < ck->m.n) __builtin_prefetch(ck->m.e[next + FIND_AHEAD].key);
+        if (i + CK_AHEAD < st->n) { /* both keys' bytes lie apart in memory: asked for ahead */
+            __builtin_prefetch(st->e[i + CK_AHEAD].key);
+            if ((size_t)next + CK_AHEAD < ck->m.n) __builtin_prefetch(ck->m.e[next + CK_AHEAD].key);
         }
         found[i] = ck_meta_find_near(&ck->m, st->e[i].key, next);
         if (found[i] >= 0) next = found[i] + 1;

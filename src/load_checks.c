@@ -118,17 +118,22 @@ static long index_of(const lc_need *l, size_t n, uint64_t item) {
 /* Bytes rank r needs of the item at index at[r] of its list (-1: none). */
 static uint64_t need_at(const lc_need *const *all, const long *at, int r) { return at[r] < 0 ? 0 : all[r][at[r]].bytes; }
 
-/* lc_owner, with each rank's index of the item in its list already found (at[r], -1: not there). */
-static int owner_at(const lc_need *const *all, const long *at, int nranks, uint64_t item, uint64_t nitems) {
+/* The bytes a rank must need of the item to tie with the rank needing most (0: no rank needs it).  Near
+ * ties count as ties: 838 rows against 839 of a 1 -> 2 reshard would otherwise give every item to one
+ * rank, whose reads would then pace the whole load. */
+static uint64_t tie_bar(const lc_need *const *all, const long *at, int nranks) {
     uint64_t most = 0;
     for (int r = 0; r < nranks; r++) {
         uint64_t b = need_at(all, at, r);
         if (b > most) most = b;
     }
-    if (!most) return -1;
-    /* Near ties count as ties: 838 rows against 839 of a 1 -> 2 reshard would otherwise give every item
-     * to one rank, whose reads would then pace the whole load. */
-    uint64_t bar = most - most / LC_NEAR_TIE;
+    return most - most / LC_NEAR_TIE;
+}
+
+/* lc_owner, with each rank's index of the item in its list already found (at[r], -1: not there). */
+static int owner_at(const lc_need *const *all, const long *at, int nranks, uint64_t item, uint64_t nitems) {
+    uint64_t bar = tie_bar(all, at, nranks);
+    if (!bar) return -1;
     int ties = 0;
     for (int r = 0; r < nranks; r++) ties += need_at(all, at, r) >= bar;
     /* Ties: the items split into contiguous ranges, one per tied rank in rank order.  Small items are
@@ -240,16 +245,22 @@ static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at
     return 1;
 }
 
-/* Ranks sharing one page cache: the owner of a small item (read and checked whole by its owner) is the rank whose part of the files (the n
- * equal parts ckpt_file_pos measures, in rank order, where each rank's reads also start) holds the
- * item's offset, if that rank reads some of the item.  Each rank then reads whole items from one
- * stretch of the files, like one stream of a plain parallel read, and the other ranks' runs in them
- * come from the cache.  -1: no such rank (owner_at decides). */
-static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, const lc_need *const *all, const long *at, int nranks) {
-    if (!nfiles || c->file >= nfiles || c->length > SMALL_ITEM) return -1; /* large items combine CRCs instead */
+/* The rank whose part of the files (the n equal parts ckpt_file_pos measures, in rank order, where
+ * each rank's reads also start) holds chunk c's item; -1 for a file the model does not list. */
+static int file_part(const uint64_t *ext, size_t nfiles, const ck_chunk *c, int nranks) {
+    if (!nfiles || c->file >= nfiles) return -1;
     int r = (int)(ckpt_file_pos(ext, c->file, c->offset) * nranks / (double)nfiles);
-    if (r >= nranks) r = nranks - 1;
-    return need_at(all, at, r) ? r : -1;
+    return r < nranks ? r : nranks - 1;
+}
+
+/* Ranks sharing one page cache: the owner of a small item (read and checked whole by its owner) is the
+ * rank whose part of the files (file_part) holds the item, if that rank reads some of the item.  Each
+ * rank then reads whole items from one stretch of the files, like one stream of a plain parallel read,
+ * and the other ranks' runs in them come from the cache.  -1: no such rank (owner_at decides). */
+static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, const lc_need *const *all, const long *at, int nranks) {
+    if (c->length > SMALL_ITEM) return -1; /* large items combine CRCs instead */
+    int r = file_part(ext, nfiles, c, nranks);
+    return r >= 0 && need_at(all, at, r) ? r : -1;
 }
 
 /* Ranks sharing one page cache: a large item checked whole by its owner (no combined check: column
@@ -260,15 +271,9 @@ static int part_owner(const uint64_t *ext, size_t nfiles, const ck_chunk *c, con
  * rank. */
 static int part_owner_large(const uint64_t *ext, size_t nfiles, const ck_chunk *c, const lc_need *const *all, const long *at,
                             int nranks) {
-    if (!nfiles || c->file >= nfiles) return -1;
-    int r = (int)(ckpt_file_pos(ext, c->file, c->offset) * nranks / (double)nfiles);
-    if (r >= nranks) r = nranks - 1;
-    uint64_t most = 0;
-    for (int q = 0; q < nranks; q++) {
-        uint64_t b = need_at(all, at, q);
-        if (b > most) most = b;
-    }
-    return most && need_at(all, at, r) >= most - most / LC_NEAR_TIE ? r : -1;
+    int r = file_part(ext, nfiles, c, nranks);
+    uint64_t bar = tie_bar(all, at, nranks);
+    return r >= 0 && bar && need_at(all, at, r) >= bar ? r : -1;
 }
 
 /* A place in one rank's wire list: its current record x (with its runs g) while `have`. */
