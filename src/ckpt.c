@@ -60,7 +60,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
     ckpt_free_res(ck);
     for (size_t i = 0; ck->peer_checks && i < ck->m.n; i++) free(ck->peer_checks[i]);
     free(ck->peer_checks);
-    free(ck->hands);
+    sck_big_free(ck->hands);
     for (size_t i = 0; i < ck->ncombs; i++) free(ck->combs[i].r);
     free(ck->combs);
     free(ck->segs);
@@ -70,7 +70,7 @@ void sck_ckpt_close(sck_ckpt *ck) {
     free(ck->order);
     free(ck->spans);
     free(ck->bigs);
-    free(ck->scratch);
+    sck_big_free(ck->scratch);
     free(ck);
 }
 
@@ -230,23 +230,23 @@ int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_
     if (w) {
         snprintf(what, sizeof what, "%s/%s", dir, META_SIDE_NAME);
         if ((rc = meta_wire_decode(w, wn, what, &m)) == SCK_OK) {
-            free(data);
+            sck_big_free(data);
             if ((rc = ckpt_from_model(dir, &m, 0, out))) {
-                free(w);
+                sck_big_free(w);
                 return rc;
             }
             (*out)->from_side = 1;
             if (wire) *wire = w, *wire_len = wn;
-            else free(w);
+            else sck_big_free(w);
             return SCK_OK;
         }
-        free(w); /* not this build's layout after all: the pickle says what is there */
+        sck_big_free(w); /* not this build's layout after all: the pickle says what is there */
         sck_err_clear();
     }
     snprintf(what, sizeof what, "%s/.metadata", dir);
-    if (!data && (rc = sck_read_file(what, &data, &n))) return rc;
+    if (!data && (rc = sck_read_file_big(what, &data, &n))) return rc;
     rc = dcp_meta_decode(data, n, what, &m);
-    free(data);
+    sck_big_free(data);
     return rc ? rc : ckpt_from_model(dir, &m, 0, out);
 }
 
@@ -387,7 +387,7 @@ static int spans_ready(sck_ckpt *ck, int all) {
             const ck_chunk *x = &ck->m.e[i].chunks[k];
             if (all || x->length > SMALL_ITEM) (*sp)[(*n)++] = (ck_span){x->file, x->tail, x->offset, x->length, x->payload};
         }
-    qsort(*sp, *n, sizeof **sp, cmp_span);
+    sck_sort(*sp, *n, sizeof **sp, cmp_span);
     return 1;
 }
 
@@ -1254,36 +1254,6 @@ static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct 
 
 /* The runs of want's overlap with chunk ci of entry ei in an item of ours whose payload the model
  * cache places (row-major): 0 for any other item, else 1 with *l counted (and its first run). */
-static int own_item_runs(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, run_list *l) {
-    const ck_entry *e = &ck->m.e[ei];
-    const ck_chunk *c = &e->chunks[ci];
-    if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return 0;
-    sck_box ov, cbox;
-    ck_chunk_intersect(e, ci, want, &cbox, &ov);
-    int64_t sb[SCK_MAX_DIMS];
-    box_strides(&cbox, sb);
-    *l = (run_list){NULL, 0, 0, 1, 0, 0, 0, 0};
-    box_runs(&cbox, sb, want, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, l);
-    return 1;
-}
-
-int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off) {
-    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-    run_list l;
-    if (c->length > SMALL_ITEM || !own_item_runs(ck, ei, ci, want, &l)) return 0;
-    uint64_t a = c->offset + c->payload + l.first_src;
-    if (l.n != 1 || c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return 0;
-    *run = a;
-    *len = l.first_len;
-    *dst_off = l.first_dst;
-    return 1;
-}
-
-size_t ckpt_run_count(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want) {
-    run_list l;
-    return own_item_runs(ck, ei, ci, want, &l) ? l.n : 0;
-}
-
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
 static ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
     size_t lo = 0, hi = ck->nhands;
@@ -1517,6 +1487,26 @@ static int cmp_read_op(const void *a, const void *b) {
 
 /* The read ops of want k (appended to *op, which grows), after checking it: kind, dtype, fit and
  * coverage. */
+/* Fills o->runs (and the run, if one) for overlap ov of want with chunk ci of e, when the chunk is an
+ * item of ours with a checksum: its payload's place is known without reading anything. */
+static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const sck_box *want, const sck_box *ov, read_op *o) {
+    const ck_chunk *c = &e->chunks[ci];
+    if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return;
+    sck_box cbox;
+    ck_chunk_box(e, ci, &cbox);
+    int64_t sb[SCK_MAX_DIMS];
+    box_strides(&cbox, sb);
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    box_runs(&cbox, sb, want, ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    if (l.n != 1) {
+        o->runs = l.n > 1 ? 2 : 0;
+        return;
+    }
+    uint64_t a = c->offset + c->payload + l.first_src;
+    if (c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return;
+    o->runs = 1, o->run = a, o->len = l.first_len, o->dst_off = l.first_dst;
+}
+
 static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **op, size_t *m, size_t *cap) {
     const ck_entry *e = &ck->m.e[w->ei];
     if (e->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': is a bytes entry, not a tensor", e->key);
@@ -1534,12 +1524,14 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
         got += elems;
         if (*m == *cap) {
             size_t c2 = *cap ? 2 * *cap : 64;
-            read_op *p = c2 <= SIZE_MAX / sizeof *p ? realloc(*op, c2 * sizeof *p) : NULL;
+            read_op *p = c2 <= SIZE_MAX / sizeof *p ? sck_big_realloc(*op, c2 * sizeof *p) : NULL;
             if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning %zu reads", ck->dir, c2);
             *op = p;
             *cap = c2;
         }
-        (*op)[(*m)++] = (read_op){e->chunks[ci].file, 0, elems == need, e->chunks[ci].offset, k, ci, elems};
+        read_op *o = &(*op)[(*m)++];
+        *o = (read_op){e->chunks[ci].file, 0, elems == need, elems == ck_chunk_numel(e, ci), 0, e->chunks[ci].offset, k, ci, elems, 0, 0, 0};
+        own_runs(ck, e, ci, w->box, &ov, o);
     }
     if (got != need) /* never more: saved chunks do not overlap */
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",
@@ -1574,6 +1566,11 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
         return 0;
     }
     if ((r->verified && !peer) || r->swap) return 0;
+    if (o->runs == 1) { /* an item of ours: the run was worked out when planned */
+        uint64_t a = o->run, len = o->len;
+        *s = (small_rd){x->ei, ci, a, len, (uint8_t *)x->dst + o->dst_off, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
+        return 1;
+    }
     uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = ck_chunk_numel(e, ci);
     if (!r->strides && o->elems == n && o->whole) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
@@ -1643,7 +1640,7 @@ static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
 
 /* How many ops from op[j] on go in one batch of small items (0 or 1: read op[j] alone); fills s. */
 static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, size_t m, size_t j, small_rd *s) {
-    if (!ck->scratch && !(ck->scratch = malloc(BATCH_SCRATCH))) return 0; /* no batches: slower, not wrong */
+    if (!ck->scratch && !(ck->scratch = sck_big_alloc(BATCH_SCRATCH))) return 0; /* no batches: slower, not wrong */
     size_t n = 0;
     int iovs = 0;
     uint64_t scratch = 0, end = 0;
@@ -1672,12 +1669,12 @@ static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
     size_t j = 0;
     while (j < m && ckpt_file_pos(ext, op[j].file, op[j].off) < target) j++;
     if (j == 0 || j == m) return SCK_OK;
-    read_op *t = malloc(j * sizeof *t);
+    read_op *t = sck_big_alloc(j * sizeof *t);
     if (!t) return sck_err(SCK_ERR_NOMEM, "%s: out of memory ordering reads", ck->dir);
     memcpy(t, op, j * sizeof *t);
     memmove(op, op + j, (m - j) * sizeof *op);
     memcpy(op + (m - j), t, j * sizeof *t);
-    free(t);
+    sck_big_free(t);
     return SCK_OK;
 }
 
@@ -1694,10 +1691,10 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */
-    if (!rc && m) qsort(op, m, sizeof *op, cmp_read_op);
+    if (!rc && m) sck_sort(op, m, sizeof *op, cmp_read_op);
     if (!rc && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
     if (rc) {
-        free(op);
+        sck_big_free(op);
         return rc;
     }
     r->op = op;
@@ -1745,7 +1742,7 @@ int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r) {
     ck->pend.on = 0; /* after an error: nothing is left to check */
     if (ck->rp) rp_finish(ck->rp); /* a range queued for a read an error left undone: nothing lands later */
     free(sb);
-    free(op);
+    sck_big_free(op);
     return rc;
 }
 

@@ -103,7 +103,7 @@ struct sck_ckpt {
     int direct;                     /* the item being read: its long page-aligned runs with O_DIRECT
                                      * (decided per item from `io`, see ckpt.c's choose_direct) */
     rcache rc;                      /* windows for headers, small items and short runs */
-    uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy */
+    uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy, sck_big_alloc'ed */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_pending pend;                /* the last check of a piped item, done while the next one is read */
@@ -130,7 +130,7 @@ struct sck_ckpt {
     int one_cache;                  /* the load's ranks share one page cache (thread ranks): what one
                                      * reads, the others then find there (load_checks' owners) */
     ck_hand *hands;                 /* by (ei, ci): other thread ranks' runs of items this rank checks,
-                                     * copied into their buffers once checked (load_handoff.h) */
+                                     * copied into their buffers once checked (load_handoff.h); sck_big_alloc'ed */
     size_t nhands;
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
@@ -156,7 +156,8 @@ static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t 
 
 /* Opens DCP directory `dir`: builds the sck_ckpt from the model cache beside `.metadata` when that
  * belongs to it (src/meta_side.h: `.metadata` is then not even read), else by decoding the pickle.  When the cache served and wire
- * is not NULL, *wire (caller frees) holds its meta_wire bytes, else NULL.  Errors: SCK_ERR_IO and the
+ * is not NULL, *wire (from sck_big_alloc: the caller frees it with sck_big_free) holds its meta_wire
+ * bytes, else NULL.  Errors: SCK_ERR_IO and the
  * decoders' (SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM), SCK_ERR_COVERAGE (overlapping chunks). */
 int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
 /* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m.  Checks that
@@ -214,27 +215,27 @@ static inline void ckpt_prefetch_box(const sck_box *b) {
 /* ckpt_read_boxes in two steps: a load plans its checks (src/load_checks.h) from the planned reads.
  * ckpt_plan_reads checks every box and orders the reads (errors as ckpt_read_boxes'; on error *r
  * holds nothing); ckpt_run_reads then reads them, wants w unchanged, and frees *r whatever it
- * returns. */
+ * returns.  r->op is sck_big_alloc'ed (a caller that drops a plan unrun frees it with sck_big_free). */
 typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
     uint32_t file;
     uint8_t handed;                 /* the item's owner copies it into place (load_handoff.h): skip it */
     uint8_t whole;                  /* the overlap is all of want k's box (the box is not read again to know) */
+    uint8_t chunk;                  /* the overlap is all of the chunk */
+    uint8_t runs;                   /* an item of ours with a checksum (the model cache places its payload:
+                                     * row-major, little-endian): its overlap is 1 run (below, inside the
+                                     * item) or 2 (more); 0: not known.  Worked out once, when planned:
+                                     * the checks' planning, the hand-overs and the batches all ask */
     uint64_t off;                   /* the item's file and offset: the reading order */
     size_t k, ci;
     uint64_t elems;                 /* elements in the overlap */
+    uint64_t run, len, dst_off;     /* runs == 1: the run's file offset and length, and where it goes in
+                                     * want k's buffer */
 } read_op;
 typedef struct ck_reads {
     read_op *op;
     size_t m;
 } ck_reads;
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r);
-/* Whether want's overlap with chunk ci of entry ei is one run of a small item of ours (the model
- * cache knows its payload: row-major, little-endian) that lies inside the item, and where: *run (file
- * offset), *len, *dst_off (into the want's buffer). */
-int ckpt_single_run(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, uint64_t *run, uint64_t *len, uint64_t *dst_off);
-/* How many runs want's overlap with chunk ci of entry ei is, for an item of ours whose payload the
- * model cache places (row-major, little-endian); 0 for any other item. */
-size_t ckpt_run_count(const sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want);
 int ckpt_run_reads(sck_ckpt *ck, const ck_want *w, ck_reads *r);
 /* Reads the raw bytes of a bytes entry (caller frees). */
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n);

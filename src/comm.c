@@ -47,6 +47,7 @@ int comm_barrier(sck_comm *c) {
 /* Wire record: int32 status, uint32 message length, message, payload (only meaningful if all succeed). */
 int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts_out) {
     if (all) *all = NULL;
+    if (comm_in_process(c)) return comm_threads_agree_gather(c, local_status, payload, n, all, counts_out);
     const char *msg = local_status ? sck_last_error() : "";
     size_t mlen = strlen(msg);
     size_t plen = local_status ? 0 : n;
@@ -115,6 +116,12 @@ int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t
     *all = recv;
     free(counts);
     return SCK_OK;
+}
+
+void comm_gather_free(const sck_comm *c, void *all) {
+    if (!all) return;
+    if (comm_in_process(c)) sck_big_free(all);
+    else free(all);
 }
 
 int comm_agree(sck_comm *c, int local_status) { return comm_agree_gather(c, local_status, NULL, 0, NULL, NULL); }

@@ -29,7 +29,14 @@ int comm_one_node(const sck_comm *c);
 int comm_agree(sck_comm *c, int local_status);
 
 /* Like comm_agree, but each rank also contributes a payload (only used when every rank succeeded):
- * on SCK_OK *all receives the concatenated payloads (caller frees) and counts[r] their lengths. */
+ * on SCK_OK *all receives the concatenated payloads (the caller frees them with comm_gather_free)
+ * and counts[r] their lengths. */
 int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts);
+/* Frees what comm_agree_gather returned on c (NULL allowed): thread ranks gather into sck_big_alloc'ed
+ * memory (lists of megabytes, each page of a fresh malloc'ed one a fault), the backends into malloc'ed. */
+void comm_gather_free(const sck_comm *c, void *all);
+/* comm_agree_gather for thread ranks (comm_in_process): each rank copies the others' payloads
+ * straight from their buffers, without the backend's allgather and its malloc'ed copies. */
+int comm_threads_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts);
 
 #endif

@@ -17,6 +17,7 @@ typedef struct tgroup {
     const void **slot_ptr;   /* per rank: buffer posted for the current collective */
     int *slot_rc;            /* per rank: local outcome, so one rank's failure fails the collective everywhere */
     size_t *slot_len;
+    const char **slot_msg;   /* per rank: its error message in comm_threads_agree_gather */
 } tgroup;
 
 typedef struct tctx {
@@ -116,6 +117,49 @@ static const sck_comm_ops threads_ops = {th_allgatherv, th_bcast, th_barrier, th
 
 int comm_in_process(const sck_comm *c) { return c->ops == &threads_ops; }
 
+int comm_threads_agree_gather(sck_comm *c, int local, const void *payload, size_t n, void **all, size_t *counts) {
+    tctx *t = c->ctx;
+    tgroup *g = t->g;
+    g->slot_ptr[t->rank] = payload;
+    g->slot_len[t->rank] = local ? 0 : n;
+    g->slot_msg[t->rank] = local ? sck_last_error() : ""; /* this thread's buffer: unchanged until the next barrier */
+    g->slot_rc[t->rank] = local;
+    tg_barrier(g);
+    int status = SCK_OK, rc = SCK_OK;
+    char msg[1200];
+    for (int r = 0; r < g->size && !status; r++)
+        if ((status = g->slot_rc[r])) snprintf(msg, sizeof msg, "rank %d: %.1100s", r, g->slot_msg[r]);
+    uint8_t *p = NULL;
+    if (!status && all) {
+        size_t total = 0;
+        for (int r = 0; r < g->size; r++) total += g->slot_len[r];
+        if (!(p = sck_big_alloc(total))) rc = SCK_ERR_NOMEM;
+        size_t off = 0;
+        for (int r = 0; p && r < g->size; r++) {
+            if (g->slot_len[r]) memcpy(p + off, g->slot_ptr[r], g->slot_len[r]);
+            counts[r] = g->slot_len[r];
+            off += g->slot_len[r];
+        }
+    }
+    tg_barrier(g); /* every rank has read the slots: payloads and messages may change now */
+    if (status) {
+        sck_err_set_raw(msg);
+        return status;
+    }
+    if (!all) return SCK_OK;
+    g->slot_rc[t->rank] = rc; /* a rank out of memory fails the gather everywhere */
+    tg_barrier(g);
+    for (int r = 0; r < g->size; r++)
+        if (g->slot_rc[r]) rc = g->slot_rc[r];
+    tg_barrier(g); /* slot_rc is reused by the next collective */
+    if (rc) {
+        sck_big_free(p);
+        return sck_err(rc, "threads backend: a rank ran out of memory in an allgather");
+    }
+    *all = p;
+    return SCK_OK;
+}
+
 typedef struct trun {
     tgroup *g;
     sck_comm *comm;
@@ -145,11 +189,12 @@ int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg)
     g.slot_ptr = calloc((size_t)nranks, sizeof *g.slot_ptr);
     g.slot_len = calloc((size_t)nranks, sizeof *g.slot_len);
     g.slot_rc = calloc((size_t)nranks, sizeof *g.slot_rc);
+    g.slot_msg = calloc((size_t)nranks, sizeof *g.slot_msg);
     trun *runs = calloc((size_t)nranks, sizeof *runs);
     pthread_t *tids = calloc((size_t)nranks, sizeof *tids);
     int rc = SCK_OK;
     int nctx = 0;
-    if (!g.slot_ptr || !g.slot_len || !g.slot_rc || !runs || !tids) {
+    if (!g.slot_ptr || !g.slot_len || !g.slot_rc || !g.slot_msg || !runs || !tids) {
         rc = sck_err(SCK_ERR_NOMEM, "sck_threads_run: out of memory for %d ranks", nranks);
         goto out;
     }
@@ -201,6 +246,7 @@ out:
     free(g.slot_ptr);
     free(g.slot_len);
     free(g.slot_rc);
+    free(g.slot_msg);
     free(runs);
     free(tids);
     return rc;

@@ -74,10 +74,10 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
     return SCK_OK;
 }
 
-/* The model's entry for each of st's entries, or -1 (caller frees; NULL: out of memory).  A state's
+/* The model's entry for each of st's entries, or -1 (caller frees with sck_big_free; NULL: out of memory).  A state's
  * keys mostly come in the model's sorted order, so each search first tries the entry after the last. */
 static long *find_entries(const sck_ckpt *ck, const sck_state *st) {
-    long *found = malloc((st->n ? st->n : 1) * sizeof *found);
+    long *found = sck_big_alloc((st->n ? st->n : 1) * sizeof *found);
     long next = 0;
     for (size_t i = 0; found && i < st->n; i++) {
         if (i + CK_AHEAD < st->n) { /* both keys' bytes lie apart in memory: asked for ahead */
@@ -103,9 +103,9 @@ typedef struct load_plan {
 } load_plan;
 
 static void load_plan_free(load_plan *lp) {
-    free(lp->w);
+    sck_big_free(lp->w);
     free(lp->asked);
-    free(lp->reads.op);
+    sck_big_free(lp->reads.op);
     memset(lp, 0, sizeof *lp);
 }
 
@@ -115,7 +115,7 @@ static int load_prepare(sck_ckpt *ck, const sck_state *st, const long *found, un
     memset(lp, 0, sizeof *lp);
     size_t npieces = 0;
     for (size_t i = 0; i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
-    lp->w = malloc((npieces ? npieces : 1) * sizeof *lp->w);
+    lp->w = sck_big_alloc((npieces ? npieces : 1) * sizeof *lp->w);
     lp->asked = calloc(ck->m.n ? ck->m.n : 1, 1);
     if (!lp->w || !lp->asked) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     int rc = SCK_OK;
@@ -223,24 +223,25 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     if (comm_in_process(comm)) return open_shared(comm, dir, ck);
     sck_buf wire;
     sck_buf_init(&wire);
+    uint8_t *side = NULL; /* sck_big_alloc'ed */
+    size_t side_len = 0;
     int local = SCK_OK;
     if (comm->rank == 0) { /* the model cache's bytes go out as they are; else the decoded model's */
-        uint8_t *side = NULL;
-        size_t side_len = 0;
         local = ckpt_open_dcp(dir, ck, &side, &side_len);
-        if (side) wire.data = side, wire.len = wire.cap = side_len;
-        else if (!local) local = meta_wire_encode(&(*ck)->m, &wire);
+        if (!side && !local) local = meta_wire_encode(&(*ck)->m, &wire);
     }
     int rc = agree_opened(comm, local, ck); /* rank 0's read or decode error, with its message */
     if (rc) {
         sck_buf_free(&wire);
+        sck_big_free(side);
         return rc;
     }
-    void *buf = wire.data;
-    size_t n = wire.len;
+    void *buf = side ? side : wire.data;
+    size_t n = side ? side_len : wire.len;
     rc = comm_bcast(comm, &buf, &n, 0);
-    if (comm->rank == 0) buf = NULL; /* it is wire.data */
+    if (comm->rank == 0) buf = NULL; /* it is side or wire.data */
     sck_buf_free(&wire);
+    sck_big_free(side);
     if (rc) {
         free(buf);
         if (*ck) sck_ckpt_close(*ck);
@@ -290,7 +291,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
     if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, &lp));
     load_plan_free(&lp);
-    free(found);
+    sck_big_free(found);
     sck_ckpt_close(ck);
     return rc;
 }

@@ -41,7 +41,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
     const size_t *base = ck->m.item_base;
     /* One record per checksummed overlap, by item (the reads are in file order, which for this
      * rank's own items is usually item order already): no table as large as the whole model. */
-    lc_rec *rec = malloc((r->m ? r->m : 1) * sizeof *rec);
+    lc_rec *rec = sck_big_alloc((r->m ? r->m : 1) * sizeof *rec);
     if (!rec) return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
     size_t n = 0;
     int sorted = 1;
@@ -51,11 +51,11 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         const ck_entry *ce = &ck->m.e[x->ei];
         const ck_chunk *c = &ce->chunks[o->ci];
         if (!c->has_crc) continue;
-        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->elems == ck_chunk_numel(ce, o->ci)};
+        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->chunk};
         if (n && cmp_rec(&rec[n - 1], &rec[n]) > 0) sorted = 0;
         n++;
     }
-    if (!sorted) qsort(rec, n, sizeof *rec, cmp_rec);
+    if (!sorted) sck_sort(rec, n, sizeof *rec, cmp_rec);
     /* A rank reading the whole chunk reads the whole item: it is the owner, checks it whole and
      * combines nothing (plan_comb), so its runs are not needed and the item is not resolved here (for
      * a same-layout load, no item is).  The others' headers are asked for all at once first, so that
@@ -64,7 +64,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         int whole = 0;
         for (e = i; e < n && rec[e].g == rec[i].g; e++) whole |= rec[e].whole;
         const read_op *o = &r->op[rec[i].j];
-        if (!whole) ckpt_prefetch_headers(ck, w[o->k].ei, o->ci);
+        if (!whole && !o->runs) ckpt_prefetch_headers(ck, w[o->k].ei, o->ci); /* an item of ours needs none */
     }
     /* The wire list: per item needed, varints {items skipped since the last one, bytes, number of runs
      * (0: many, or the whole chunk)} and that many {offset, length}.  Every rank gathers every rank's
@@ -83,6 +83,8 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
             const ck_want *x = &w[o->k];
             sck_box ov, cbox;
             if (rec[e].whole) nr = LC_RANGES + 1;
+            else if (o->runs == 1 && nr < LC_RANGES) rg[nr][0] = o->run, rg[nr++][1] = o->len; /* worked out when planned */
+            else if (o->runs == 1) nr = LC_RANGES + 1;
             else if (ck_chunk_intersect(&ck->m.e[x->ei], o->ci, x->box, &cbox, &ov)) add_runs(ck, x->ei, o->ci, x->box, &ov, rg, &nr);
         }
         uint8_t rec_buf[30 + 20 * LC_RANGES], *q = rec_buf;
@@ -94,7 +96,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         next = rec[i].g + 1;
         rc = sck_buf_append(&b, rec_buf, (size_t)(q - rec_buf));
     }
-    free(rec);
+    sck_big_free(rec);
     if (rc) {
         sck_buf_free(&b);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
@@ -216,7 +218,7 @@ static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at
             cd[nc++] = (lc_cand){off, len, r};
         }
     }
-    qsort(cd, nc, sizeof *cd, cmp_cand);
+    sck_sort(cd, nc, sizeof *cd, cmp_cand);
     size_t nseg = 0, ngap = 0, k = 0;
     uint64_t cur = lo;
     for (size_t j = 0; j < nc; j++) { /* keep the chosen ones at the front */
@@ -402,7 +404,7 @@ static int files_disjoint(sck_comm *comm, const sck_ckpt *ck, const ck_reads *r,
             seen[k] |= p[k];
         }
     }
-    free(all);
+    comm_gather_free(comm, all);
     free(counts);
     free(mine);
     free(seen);
@@ -435,7 +437,7 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
         p += counts[i];
     }
     if (!rc) mark_peers(ck, cur, comm->size, comm->rank);
-    free(all);
+    comm_gather_free(comm, all);
     free(counts);
     free(cur);
     if (!rc && comm_in_process(comm)) rc = lc_handoff(comm, ck, w, r, SCK_OK);
@@ -452,7 +454,7 @@ static int cmp_seg(const void *a, const void *b) {
  * item and compared with the metadata: the first failing item gives this rank's error. */
 static int check_segs(sck_ckpt *ck, ck_seg *s, size_t n) {
     const size_t *base = ck->m.item_base;
-    qsort(s, n, sizeof *s, cmp_seg);
+    sck_sort(s, n, sizeof *s, cmp_seg);
     int rc = SCK_OK;
     size_t ei = 0;
     for (size_t i = 0; !rc && i < n;) {
@@ -507,6 +509,6 @@ int lc_finish(sck_comm *comm, sck_ckpt *ck, int local) {
         v = check_segs(ck, s, k);
     }
     free(s);
-    free(all);
+    comm_gather_free(comm, all);
     return comm_agree(comm, v);
 }

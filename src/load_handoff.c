@@ -29,7 +29,7 @@ static int cmp_hand(const void *a, const void *b) {
 static int push_hand(sck_ckpt *ck, size_t *cap, ck_hand h) {
     if (ck->nhands == *cap) {
         size_t nc = *cap ? 2 * *cap : 256;
-        ck_hand *p = realloc(ck->hands, nc * sizeof *p);
+        ck_hand *p = sck_big_realloc(ck->hands, nc * sizeof *p);
         if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
         ck->hands = p, *cap = nc;
     }
@@ -63,7 +63,7 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
         const ck_chunk *c = &ck->m.e[ei].chunks[ci];
         if (ckpt_peer_mark(ck, ei, ci)) continue; /* not this rank's to check */
         if (!c->has_crc) continue;
-        int small = c->length <= SMALL_ITEM, mine_many = -1; /* whether this rank reads it as many runs: asked once */
+        int small = c->length <= SMALL_ITEM;
         for (int q = 0; q < nranks && !rc; q++) {
             if (q == me || ckpt_peer_mark(v[q].ck, ei, ci) != 1) continue; /* q reads its runs, another rank checks */
             read_op *qo = v[q].r->op;
@@ -72,13 +72,11 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
                 while (cur[q][h] < runs[h][1] && op_before(&qo[cur[q][h]], o->file, o->off)) cur[q][h]++;
                 for (size_t i = cur[q][h]; i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
                     const ck_want *x = &v[q].w[qo[i].k];
-                    uint64_t run, len, doff;
                     if (qo[i].handed || x->ei != ei || qo[i].ci != ci) continue;
-                    if (small && ckpt_single_run(ck, ei, ci, x->box, &run, &len, &doff)) {
-                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, run, len, (uint8_t *)x->dst + doff, NULL, 0});
+                    if (small && qo[i].runs == 1) {
+                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, qo[i].run, qo[i].len, (uint8_t *)x->dst + qo[i].dst_off, NULL, 0});
                     } else {
-                        if (mine_many < 0) mine_many = ckpt_run_count(ck, ei, ci, v[me].w[o->k].box) > 1;
-                        if (!mine_many || ckpt_run_count(ck, ei, ci, x->box) < 2) continue;
+                        if (o->runs != 2 || qo[i].runs != 2) continue;
                         rc = push_hand(ck, &cap, (ck_hand){ei, ci, 0, 0, x->dst, x->box, 0});
                     }
                     if (!rc) qo[i].handed = 1;
@@ -88,7 +86,7 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     }
     free(split);
     free(cur);
-    if (!rc && ck->nhands > 1) qsort(ck->hands, ck->nhands, sizeof *ck->hands, cmp_hand);
+    if (!rc && ck->nhands > 1) sck_sort(ck->hands, ck->nhands, sizeof *ck->hands, cmp_hand);
     return rc;
 }
 
@@ -106,7 +104,7 @@ int lc_handoff(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int 
         if (counts[q] != sizeof mine) local = sck_err(SCK_ERR_INVALID_ARG, "%s: rank %d is not a thread of this load", ck->dir, q);
     /* A rank that checks nothing (verification off) owns no item and lists nothing. */
     if (!local && ck->verify && !ck->plan_failed) local = plan(ck, all, comm->size, comm->rank);
-    free(all);
+    comm_gather_free(comm, all);
     free(counts);
     return comm_agree(comm, local);
 }

@@ -18,8 +18,8 @@
 
 /* Collective, for thread ranks (comm_in_process) after lc_assign marked the items other ranks check:
  * one comm_agree_gather of each rank's (ck, w, r), then each owner lists in ck->hands the other ranks'
- * single runs of the small items it checks (ckpt_single_run), and their overlaps of many runs with items
- * it reads as many runs itself (ckpt_run_count), and marks their read ops `handed`, then one comm_agree
+ * single runs of the small items it checks (read_op.runs), and their overlaps of many runs with items
+ * it reads as many runs itself, and marks their read ops `handed`, then one comm_agree
  * before anyone reads.  local: this rank's failure so far, with which it takes part.
  * Returns the agreed status (SCK_ERR_NOMEM, or any rank's). */
 int lc_handoff(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local);

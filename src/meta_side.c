@@ -80,26 +80,26 @@ int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **
     size_t n = 0, head = 0;
     struct stat sb;
     int have_st = stat(mp, &sb) == 0;
-    if (sck_read_file(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
+    if (sck_read_file_big(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
         if (d[7] == 1) head = SIDE_HEAD_V1;
         else if (d[7] == 2 && n >= SIDE_HEAD && sck_le32(d + 60) == sck_crc32c(0, d, 60)) head = SIDE_HEAD;
         if (head && sck_le32(d + 20) != sck_crc32c(0, d + head, n - head)) head = 0;
     }
     sck_err_set_raw(saved); /* no cache (a torch checkpoint), or unreadable: not an error */
     if (!head) {
-        free(d);
+        sck_big_free(d);
         d = NULL;
     }
     if (!(head == SIDE_HEAD && have_st && same_identity(d, &sb))) {
-        int rc = sck_read_file(mp, meta, meta_len);
+        int rc = sck_read_file_big(mp, meta, meta_len);
         if (rc) {
-            free(d);
+            sck_big_free(d);
             return rc;
         }
         if (head && (sck_le64(d + 8) != (uint64_t)*meta_len || sck_le32(d + 16) != sck_crc32c(0, *meta, *meta_len))) head = 0;
     }
     if (!head) {
-        free(d);
+        sck_big_free(d);
         return SCK_OK;
     }
     memmove(d, d + head, n - head);

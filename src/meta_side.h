@@ -36,8 +36,8 @@
 int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size_t meta_len);
 
 /* Opens the model of DCP directory `dir`: *wire is the payload of dir/.metadata.sck (meta_wire
- * bytes, malloc'ed, caller frees) if that cache is whole and belongs to dir/.metadata (see above),
- * else NULL.  *meta is dir/.metadata's bytes (malloc'ed, caller frees) if they had to be read: the
+ * bytes, from sck_big_alloc: the caller frees it with sck_big_free) if that cache is whole and belongs to dir/.metadata (see above),
+ * else NULL.  *meta is dir/.metadata's bytes (sck_big_alloc'ed, likewise) if they had to be read: the
  * identity did not match; NULL when the cache was trusted without reading them.  A cache that is
  * missing or does not belong is no error (the error state is left as it was).  Errors: reading
  * dir/.metadata (SCK_ERR_IO, SCK_ERR_NOMEM), nothing returned then. */

@@ -144,7 +144,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     char id[COMMIT_ID_LEN + 1];
     int reuse = 0;
     if (!rc) rc = read_rec1(all, counts, comm->size, id, &reuse);
-    free(all);
+    comm_gather_free(comm, all);
     all = NULL;
     if (!rc && !reuse) {
         sck_buf mine;
@@ -184,7 +184,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
             snprintf(j->local_msg, sizeof j->local_msg, "%s", sck_last_error());
         }
     }
-    free(all);
+    comm_gather_free(comm, all);
     if (counts != counts_stack) free(counts);
     if (rc) {
         j->agreed = rc;
@@ -199,7 +199,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
 void save_write(save_job *j) {
     if (!j->local && j->all) j->local = plan_build_ex(j->all, j->counts, j->comm->size, plan_rank(j), &j->plan);
     if (!j->local && j->keep) j->local = save_prepare_items(j, j->keep->copy);
-    free(j->all);
+    comm_gather_free(j->comm, j->all);
     free(j->counts);
     j->all = NULL;
     j->counts = NULL;
@@ -209,7 +209,7 @@ void save_write(save_job *j) {
 
 void save_abandon(save_job *j) {
     dcp_meta_early_free(&j->meta);
-    free(j->all);
+    comm_gather_free(j->comm, j->all);
     free(j->counts);
     j->all = NULL;
     j->counts = NULL;
@@ -255,7 +255,7 @@ int save_finish(save_job *j) {
         if (!local) local = commit_publish(&j->cm, j->do_fsync);
         sck_buf_free(&meta);
     }
-    free(all);
+    comm_gather_free(comm, all);
     if (counts != counts_stack) free(counts);
     dcp_meta_early_free(&j->meta);
     if (j->keep && j->plan.nitems) { /* valid for this structure, whatever became of the save */

@@ -190,7 +190,7 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
     int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : comm_agree(comm, local);
     if (rc) goto out;
     local = plan_build(all, counts, comm->size, &plan);
-    free(all);
+    comm_gather_free(comm, all);
     all = NULL;
 
     /* 2: blob/value JSON from whichever rank the plan picked for each */
@@ -229,7 +229,7 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
     rc = comm_agree(comm, local);
 out:
     if (rc && began) st_out_abort(&L);
-    free(all);
+    comm_gather_free(comm, all);
     free(counts);
     free(tix);
     sck_buf_free(&mine);

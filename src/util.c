@@ -130,7 +130,7 @@ char *sck_strndup(const char *s, size_t n) {
 
 /* ---- files ---- */
 
-int sck_read_file(const char *path, uint8_t **data, size_t *len) {
+static int read_file(const char *path, uint8_t **data, size_t *len, int big) {
     *data = NULL;
     *len = 0;
     int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -146,7 +146,7 @@ int sck_read_file(const char *path, uint8_t **data, size_t *len) {
         return sck_err(SCK_ERR_IO, "%s: not a regular file", path);
     }
     size_t n = (size_t)sb.st_size;
-    uint8_t *p = malloc(n ? n : 1);
+    uint8_t *p = big ? sck_big_alloc(n) : malloc(n ? n : 1);
     if (!p) {
         close(fd);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory reading %zu bytes", path, n);
@@ -154,13 +154,18 @@ int sck_read_file(const char *path, uint8_t **data, size_t *len) {
     int rc = sck_pread_full(fd, p, n, 0, path);
     close(fd);
     if (rc) {
-        free(p);
+        if (big) sck_big_free(p);
+        else free(p);
         return rc;
     }
     *data = p;
     *len = n;
     return SCK_OK;
 }
+
+int sck_read_file(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 0); }
+
+int sck_read_file_big(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 1); }
 
 int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) {
     uint8_t *p = buf;
@@ -298,4 +303,135 @@ void sck_huge_free(void *p, size_t count, size_t size) {
     size_t n = count * size;
     if (n < HUGE_MIN) free(p);
     else munmap(p, n);
+}
+
+/* ---- large transient arrays (util.h) ---- */
+
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define BIG_MAPPED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define BIG_MAPPED 0
+#endif
+#endif
+#ifndef BIG_MAPPED
+#define BIG_MAPPED 1
+#endif
+
+#define BIG_MIN ((size_t)256 << 10)
+#define BIG_PAGE ((size_t)2 << 20)
+#define BIG_HEAD ((size_t)64) /* keeps the caller's bytes 64-byte aligned in a mapping */
+
+typedef struct big_head {
+    size_t n;   /* bytes the caller asked for */
+    size_t map; /* length of the mapping the block starts, 0: from malloc */
+} big_head;
+
+static big_head *big_head_of(void *p) { return (big_head *)(void *)((uint8_t *)p - BIG_HEAD); }
+
+void *sck_big_alloc(size_t n) {
+    if (n > SIZE_MAX - BIG_HEAD - 2 * BIG_PAGE) return NULL;
+    size_t need = n + BIG_HEAD;
+    big_head *h;
+    if (!BIG_MAPPED || need < BIG_MIN) {
+        if (!(h = malloc(need))) return NULL;
+        h->map = 0;
+    } else {
+        size_t len = (need + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE;
+        uint8_t *m = mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED) return NULL;
+        uint8_t *a = (uint8_t *)(((uintptr_t)m + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
+        /* Only the aligned stretch is kept: a huge page needs its 2 MiB-aligned frame. */
+        if (a > m) munmap(m, (size_t)(a - m));
+        if (m + len + BIG_PAGE > a + len) munmap(a + len, (size_t)(m + len + BIG_PAGE - (a + len)));
+        madvise(a, len, MADV_HUGEPAGE); /* advice only */
+        h = (big_head *)(void *)a;
+        h->map = len;
+    }
+    h->n = n;
+    return (uint8_t *)h + BIG_HEAD;
+}
+
+void *sck_big_realloc(void *p, size_t n) {
+    if (!p) return sck_big_alloc(n);
+    big_head *h = big_head_of(p);
+    if (h->map && n <= h->map - BIG_HEAD) {
+        h->n = n;
+        return p;
+    }
+    if (!h->map && (!BIG_MAPPED || n < BIG_MIN - BIG_HEAD)) {
+        big_head *g = realloc(h, n + BIG_HEAD);
+        if (!g) return NULL;
+        g->n = n;
+        return (uint8_t *)g + BIG_HEAD;
+    }
+    void *q = sck_big_alloc(n);
+    if (!q) return NULL;
+    memcpy(q, p, h->n < n ? h->n : n);
+    sck_big_free(p);
+    return q;
+}
+
+void sck_big_free(void *p) {
+    if (!p) return;
+    big_head *h = big_head_of(p);
+    if (h->map) munmap(h, h->map);
+    else free(h);
+}
+
+/* ---- sorting (util.h) ---- */
+
+#define SORT_RUN 8
+#define SORT_ELEM_MAX 256
+
+/* Merges the sorted runs [a, a+na) and [b, b+nb) (adjacent in memory) into out. */
+static void sort_merge(const uint8_t *a, size_t na, const uint8_t *b, size_t nb, uint8_t *out, size_t size,
+                       int (*cmp)(const void *, const void *)) {
+    const uint8_t *ae = a + na * size, *be = b + nb * size;
+    while (a < ae && b < be) {
+        if (cmp(b, a) < 0) memcpy(out, b, size), b += size; /* ties take a: stable */
+        else memcpy(out, a, size), a += size;
+        out += size;
+    }
+    if (a < ae) memcpy(out, a, (size_t)(ae - a));
+    if (b < be) memcpy(out, b, (size_t)(be - b));
+}
+
+void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
+    uint8_t *v = base;
+    size_t i = 1;
+    while (i < n && cmp(v + (i - 1) * size, v + i * size) <= 0) i++;
+    if (i >= n) return;
+    uint8_t *tmp = size <= SORT_ELEM_MAX && n <= SIZE_MAX / size ? sck_big_alloc(n * size) : NULL;
+    if (!tmp) {
+        qsort(base, n, size, cmp);
+        return;
+    }
+    uint8_t t[SORT_ELEM_MAX];
+    for (size_t lo = 0; lo < n; lo += SORT_RUN) { /* insertion sort of short runs */
+        size_t hi = lo + SORT_RUN < n ? lo + SORT_RUN : n;
+        for (size_t k = lo + 1; k < hi; k++) {
+            size_t j = k;
+            memcpy(t, v + k * size, size);
+            while (j > lo && cmp(t, v + (j - 1) * size) < 0) j--;
+            if (j < k) {
+                memmove(v + (j + 1) * size, v + j * size, (k - j) * size);
+                memcpy(v + j * size, t, size);
+            }
+        }
+    }
+    uint8_t *src = v, *dst = tmp;
+    for (size_t w = SORT_RUN; w < n; w *= 2) {
+        for (size_t lo = 0; lo < n; lo += 2 * w) {
+            size_t mid = lo + w < n ? lo + w : n, hi = lo + 2 * w < n ? lo + 2 * w : n;
+            if (mid == hi || cmp(src + (mid - 1) * size, src + mid * size) <= 0) /* in order already */
+                memcpy(dst + lo * size, src + lo * size, (hi - lo) * size);
+            else
+                sort_merge(src + lo * size, mid - lo, src + mid * size, hi - mid, dst + lo * size, size, cmp);
+        }
+        uint8_t *x = src;
+        src = dst, dst = x;
+    }
+    if (src != v) memcpy(v, src, n * size);
+    sck_big_free(tmp);
 }

@@ -109,6 +109,8 @@ char *sck_strndup(const char *s, size_t n);
 
 /* Whole-file helpers with errors naming the path. */
 int sck_read_file(const char *path, uint8_t **data, size_t *len);
+/* The same with *data from sck_big_alloc (free with sck_big_free): for files of megabytes read once. */
+int sck_read_file_big(const char *path, uint8_t **data, size_t *len);
 
 /* count * size zeroed bytes (NULL on overflow or out of memory) for a large table filled right away:
  * from 1 MiB on mapped with MADV_HUGEPAGE, as the first touch of each 4 KiB page costs more than
@@ -116,6 +118,23 @@ int sck_read_file(const char *path, uint8_t **data, size_t *len);
  * sck_huge_free and the same count and size. */
 void *sck_huge_calloc(size_t count, size_t size);
 void sck_huge_free(void *p, size_t count, size_t size);
+/* Large transient arrays (read plans, gathered lists, file images) that are filled once and freed at
+ * the end of a call.  glibc maps each such block afresh and every first touch of a 4 KiB page then
+ * faults (11 us a page on this project's VMs, 3 to 12 ms a load); from 256 KiB on these are whole
+ * 2 MiB-aligned mappings advised MADV_HUGEPAGE, one fault a 2 MiB page.  Smaller ones, and every
+ * one in sanitizer builds (which then see overflows), come from malloc.  sck_big_alloc: n bytes,
+ * uninitialised, NULL when out of memory.  sck_big_realloc: like realloc (NULL p allocates; on
+ * failure p is left as it was and NULL returned).  sck_big_free: NULL allowed.  Never mix these
+ * with malloc/free. */
+void *sck_big_alloc(size_t n);
+void *sck_big_realloc(void *p, size_t n);
+void sck_big_free(void *p);
+
+/* qsort's contract with a merge sort whose scratch comes from sck_big_alloc (glibc's qsort mallocs
+ * its own, faulted in afresh on every call); stable; falls back to qsort when out of memory.
+ * Already-sorted input costs one comparison an element. */
+void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
+
 /* pread/pwrite that loop over short transfers; short read past EOF is SCK_ERR_FORMAT ("truncated"). */
 int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
 int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);

@@ -61,9 +61,9 @@ static int check_side(const sck_ckpt *ck) {
     uint8_t *data = NULL;
     size_t n = 0;
     ck_meta m;
-    int rc = sck_read_file(mp, &data, &n);
+    int rc = sck_read_file_big(mp, &data, &n);
     if (!rc) rc = dcp_meta_decode(data, n, mp, &m);
-    free(data);
+    sck_big_free(data);
     if (rc) return rc;
     int same = meta_same(&m, &ck->m);
     ck_meta_free(&m);

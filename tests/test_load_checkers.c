@@ -392,7 +392,7 @@ static int owners_rank(sck_comm *c, void *arg) {
     }
     rc = lc_assign(c, ck, &want, &rd, rc);
     for (int k = 0; !rc && k < 2; k++) o->mark[r][k] = ckpt_peer_mark(ck, (size_t)wi, (size_t)k);
-    free(rd.op);
+    sck_big_free(rd.op);
     sck_ckpt_close(ck);
     o->rc[r] = rc;
     return rc;
@@ -523,9 +523,9 @@ TEST(load_checks_combined_replicated_readers) {
     teardown(&g);
 }
 
-/* A rank that reads a chunk whole owns and checks its item whole, so planning needs no runs of it and
- * resolves nothing (no item header is read before the load proper); a partial read is resolved to
- * find its runs. */
+/* A rank that reads a chunk whole owns and checks its item whole, so planning needs no runs of it; a
+ * partial read lists its run, worked out when the reads were planned from the model cache's payload
+ * offset.  Neither resolves the item (no item header is read before the load proper). */
 TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -548,7 +548,7 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
         ck_reads rd;
         REQUIRE_OK(ckpt_plan_reads(ck, &want, 1, &rd));
         REQUIRE_OK(lc_needs(ck, &want, &rd, &wire, &n));
-        free(rd.op);
+        sck_big_free(rd.op);
         /* one record, varints: {item, bytes, runs} and, when partial, its one run {offset, length} */
         uint64_t rec[5] = {0};
         const uint8_t *q = wire;
@@ -561,7 +561,7 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
         CHECK(rec[1] == (uint64_t)wz[0] * ROW);
         CHECK(rec[2] == (uint64_t)partial);
         if (partial) CHECK(rec[3] == L.payload[1] && rec[4] == (uint64_t)wz[0] * ROW);
-        CHECK((ck->res[wi] != NULL && ck->res[wi][1].done) == partial);
+        CHECK(!(ck->res[wi] != NULL && ck->res[wi][1].done));
         free(wire);
         sck_ckpt_close(ck);
     }
