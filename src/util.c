@@ -284,13 +284,31 @@ int sck_numel(int ndim, const int64_t *shape, uint64_t *out) {
 #define MADV_POPULATE_WRITE 23
 #endif
 
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t huge_len(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
+/* A mapping of len bytes (a multiple of HUGE_PAGE) that starts on a HUGE_PAGE boundary, advised
+ * MADV_HUGEPAGE (a huge page needs its 2 MiB-aligned frame: an unaligned mapping of 3 MiB gets none). */
+static void *map_huge(size_t len) {
+    if (len > SIZE_MAX - HUGE_PAGE) return NULL;
+    uint8_t *m = mmap(NULL, len + HUGE_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    uint8_t *a = (uint8_t *)(((uintptr_t)m + HUGE_PAGE - 1) & ~(uintptr_t)(HUGE_PAGE - 1));
+    if (a > m) munmap(m, (size_t)(a - m));
+    if (m + HUGE_PAGE > a) munmap(a + len, (size_t)(m + HUGE_PAGE - a));
+    madvise(a, len, MADV_HUGEPAGE); /* advice only */
+    return a;
+}
+
 void *sck_huge_calloc(size_t count, size_t size) {
     if (size && count > SIZE_MAX / size) return NULL;
     size_t n = count * size;
     if (n < HUGE_MIN) return calloc(count ? count : 1, size ? size : 1);
-    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (m == MAP_FAILED) return NULL;
-    madvise(m, n, MADV_HUGEPAGE); /* advice only */
+    if (n > SIZE_MAX - HUGE_PAGE) return NULL;
+    n = huge_len(n);
+    void *m = map_huge(n);
+    if (!m) return NULL;
     /* Faulted in writable now: tables like these are read before they are written (a flag is tested,
      * then set), and a first read maps the shared zero page, so each first write would then take a
      * copy-on-write fault and a TLB flush on every CPU.  Advice only (Linux 5.14 on). */
@@ -302,7 +320,7 @@ void sck_huge_free(void *p, size_t count, size_t size) {
     if (!p) return;
     size_t n = count * size;
     if (n < HUGE_MIN) free(p);
-    else munmap(p, n);
+    else munmap(p, huge_len(n));
 }
 
 /* ---- large transient arrays (util.h) ---- */
@@ -319,7 +337,6 @@ void sck_huge_free(void *p, size_t count, size_t size) {
 #endif
 
 #define BIG_MIN ((size_t)256 << 10)
-#define BIG_PAGE ((size_t)2 << 20)
 #define BIG_HEAD ((size_t)64) /* keeps the caller's bytes 64-byte aligned in a mapping */
 
 typedef struct big_head {
@@ -330,22 +347,15 @@ typedef struct big_head {
 static big_head *big_head_of(void *p) { return (big_head *)(void *)((uint8_t *)p - BIG_HEAD); }
 
 void *sck_big_alloc(size_t n) {
-    if (n > SIZE_MAX - BIG_HEAD - 2 * BIG_PAGE) return NULL;
+    if (n > SIZE_MAX - BIG_HEAD - 2 * HUGE_PAGE) return NULL;
     size_t need = n + BIG_HEAD;
     big_head *h;
     if (!BIG_MAPPED || need < BIG_MIN) {
         if (!(h = malloc(need))) return NULL;
         h->map = 0;
     } else {
-        size_t len = (need + BIG_PAGE - 1) / BIG_PAGE * BIG_PAGE;
-        uint8_t *m = mmap(NULL, len + BIG_PAGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-        if (m == MAP_FAILED) return NULL;
-        uint8_t *a = (uint8_t *)(((uintptr_t)m + BIG_PAGE - 1) & ~(uintptr_t)(BIG_PAGE - 1));
-        /* Only the aligned stretch is kept: a huge page needs its 2 MiB-aligned frame. */
-        if (a > m) munmap(m, (size_t)(a - m));
-        if (m + len + BIG_PAGE > a + len) munmap(a + len, (size_t)(m + len + BIG_PAGE - (a + len)));
-        madvise(a, len, MADV_HUGEPAGE); /* advice only */
-        h = (big_head *)(void *)a;
+        size_t len = huge_len(need);
+        if (!(h = map_huge(len))) return NULL;
         h->map = len;
     }
     h->n = n;
