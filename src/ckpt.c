@@ -459,16 +459,22 @@ static const int64_t *res_strides(const sck_ckpt *ck, const sck_box *cbox, const
 static int resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && !ck->full_resolve); }
 
 /* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
+/* The table of every chunk's resolution, made on first use. */
+static int res_ready(sck_ckpt *ck, const char *key) {
+    if (ck->res_pool) return SCK_OK;
+    size_t n = ck_meta_nchunks(&ck->m);
+    if (!(ck->res_pool = sck_huge_calloc(n ? n : 1, sizeof *ck->res_pool))) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", key);
+    ck->res_pool_n = n ? n : 1;
+    n = 0;
+    for (size_t i = 0; i < ck->m.n; i++) ck->res[i] = ck->res_pool + n, n += ck->m.e[i].nchunks;
+    return SCK_OK;
+}
+
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
-    if (!ck->res_pool) { /* one table for every chunk, made on the first resolve */
-        size_t n = ck_meta_nchunks(&ck->m);
-        if (!(ck->res_pool = sck_huge_calloc(n ? n : 1, sizeof *ck->res_pool))) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
-        ck->res_pool_n = n ? n : 1;
-        n = 0;
-        for (size_t i = 0; i < ck->m.n; i++) ck->res[i] = ck->res_pool + n, n += ck->m.e[i].nchunks;
-    }
+    int rc = res_ready(ck, e->key);
+    if (rc) return rc;
     ck_res *r = &ck->res[ei][ci];
     *out = r;
     if (r->done) return SCK_OK;
@@ -481,7 +487,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     }
     int fd;
     uint64_t fsize;
-    int rc = get_file(ck, c->file, &fd, &fsize);
+    rc = get_file(ck, c->file, &fd, &fsize);
     if (rc) return rc;
     if ((rc = check_window(ck, e, c, fsize))) return rc;
     size_t elem = sck_dtype_size((sck_dtype)e->dtype);
@@ -1561,16 +1567,23 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     if (c->length > SMALL_ITEM || c->transformed || peer > 1 || (peer && !ck->one_cache)) return 0;
     if (!peer && (!ck->verify || !c->has_crc)) return 0;
     ck_res *r = NULL;
+    if (o->runs == 1) { /* an item of ours (little-endian): the run was worked out when planned */
+        int fd; /* opened and the item's window checked here, as a resolve would: the batch reads through it */
+        uint64_t fsize;
+        if (res_ready(ck, e->key) != SCK_OK || get_file(ck, c->file, &fd, &fsize) != SCK_OK || check_window(ck, e, c, fsize) != SCK_OK) {
+            sck_err_clear(); /* read_overlap says what is wrong */
+            return 0;
+        }
+        if (ck->res[x->ei][ci].verified && !peer) return 0;
+        uint64_t a = o->run, len = o->len;
+        *s = (small_rd){x->ei, ci, a, len, (uint8_t *)x->dst + o->dst_off, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
+        return 1;
+    }
     if (ckpt_resolve_chunk(ck, x->ei, ci, &r) != SCK_OK) {
         sck_err_clear(); /* read_overlap says what is wrong */
         return 0;
     }
     if ((r->verified && !peer) || r->swap) return 0;
-    if (o->runs == 1) { /* an item of ours: the run was worked out when planned */
-        uint64_t a = o->run, len = o->len;
-        *s = (small_rd){x->ei, ci, a, len, (uint8_t *)x->dst + o->dst_off, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
-        return 1;
-    }
     uint64_t elem = sck_dtype_size((sck_dtype)e->dtype), n = ck_chunk_numel(e, ci);
     if (!r->strides && o->elems == n && o->whole) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
