@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -346,6 +347,44 @@ typedef struct big_head {
 
 static big_head *big_head_of(void *p) { return (big_head *)(void *)((uint8_t *)p - BIG_HEAD); }
 
+/* Freed mappings kept for the next big allocations: a load makes a dozen of these a rank, and a fresh
+ * one costs a huge page's zeroing (or its 4 KiB faults) and an munmap.  At most BIG_KEEP bytes are
+ * kept, process-wide, in mappings of at most BIG_KEEP_ONE each. */
+#define BIG_KEEP ((size_t)32 << 20)
+#define BIG_KEEP_ONE ((size_t)8 << 20)
+#define BIG_KEEP_N 16
+static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
+static void *big_kept[BIG_KEEP_N];
+static size_t big_kept_len[BIG_KEEP_N], big_kept_total;
+
+/* A kept mapping of at least len bytes (the smallest), or NULL. */
+static void *big_take(size_t len) {
+    pthread_mutex_lock(&big_mu);
+    int best = -1;
+    for (int i = 0; i < BIG_KEEP_N; i++)
+        if (big_kept[i] && big_kept_len[i] >= len && (best < 0 || big_kept_len[i] < big_kept_len[best])) best = i;
+    void *p = NULL;
+    if (best >= 0) {
+        p = big_kept[best];
+        big_kept[best] = NULL;
+        big_kept_total -= big_kept_len[best];
+    }
+    pthread_mutex_unlock(&big_mu);
+    return p;
+}
+
+/* Keeps mapping p of len bytes for big_take, or unmaps it. */
+static void big_keep(void *p, size_t len) {
+    int kept = 0;
+    if (len <= BIG_KEEP_ONE) {
+        pthread_mutex_lock(&big_mu);
+        for (int i = 0; i < BIG_KEEP_N && !kept && big_kept_total + len <= BIG_KEEP; i++)
+            if (!big_kept[i]) big_kept[i] = p, big_kept_len[i] = len, big_kept_total += len, kept = 1;
+        pthread_mutex_unlock(&big_mu);
+    }
+    if (!kept) munmap(p, len);
+}
+
 void *sck_big_alloc(size_t n) {
     if (n > SIZE_MAX - BIG_HEAD - 2 * HUGE_PAGE) return NULL;
     size_t need = n + BIG_HEAD;
@@ -355,7 +394,8 @@ void *sck_big_alloc(size_t n) {
         h->map = 0;
     } else {
         size_t len = huge_len(need);
-        if (!(h = map_huge(len))) return NULL;
+        if ((h = big_take(len))) len = h->map; /* the kept mapping's own length */
+        else if (!(h = map_huge(len))) return NULL;
         h->map = len;
     }
     h->n = n;
@@ -385,7 +425,7 @@ void *sck_big_realloc(void *p, size_t n) {
 void sck_big_free(void *p) {
     if (!p) return;
     big_head *h = big_head_of(p);
-    if (h->map) munmap(h, h->map);
+    if (h->map) big_keep(h, h->map);
     else free(h);
 }
 

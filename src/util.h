@@ -122,7 +122,8 @@ void sck_huge_free(void *p, size_t count, size_t size);
 /* Large transient arrays (read plans, gathered lists, file images) that are filled once and freed at
  * the end of a call.  glibc maps each such block afresh and every first touch of a 4 KiB page then
  * faults (11 us a page on this project's VMs, 3 to 12 ms a load); from 256 KiB on these are whole
- * 2 MiB-aligned mappings advised MADV_HUGEPAGE, one fault a 2 MiB page.  Smaller ones, and every
+ * 2 MiB-aligned mappings advised MADV_HUGEPAGE, one fault a 2 MiB page, and freed ones of up to
+ * 8 MiB are kept for reuse (32 MiB at most, process-wide: a load makes a dozen).  Smaller ones, and every
  * one in sanitizer builds (which then see overflows), come from malloc.  sck_big_alloc: n bytes,
  * uninitialised, NULL when out of memory.  sck_big_realloc: like realloc (NULL p allocates; on
  * failure p is left as it was and NULL returned).  sck_big_free: NULL allowed.  Never mix these
