@@ -1698,7 +1698,8 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     r->op = NULL;
     r->m = 0;
     for (size_t k = 0; k < n && !rc; k++) {
-        if (k + CK_AHEAD < n) ckpt_prefetch_box(w[k + CK_AHEAD].box);
+        if (k + CK_AHEAD < n) ckpt_prefetch_box(w[k + CK_AHEAD].box), ckpt_prefetch_chunks(&ck->m.e[w[k + CK_AHEAD].ei]);
+        if (k + 2 * CK_AHEAD < n) __builtin_prefetch(&ck->m.e[w[k + 2 * CK_AHEAD].ei]);
         rc = plan_want(ck, &w[k], k, &op, &m, &cap);
     }
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where

@@ -212,6 +212,15 @@ static inline void ckpt_prefetch_box(const sck_box *b) {
     __builtin_prefetch((const char *)b + offsetof(sck_box, size));
 }
 #define CK_AHEAD 8 /* how many wants ahead loops over them ask for their boxes */
+/* Asks the CPU for entry e's chunk records and their places (the first 1 KiB of each): every want's
+ * planning reads them, and a rank's pass over a model of 80 000 chunks (8 MB, shared by the thread
+ * ranks) otherwise waits on each entry's first touch.  Loops ask for the entry itself CK_AHEAD wants
+ * before this. */
+static inline void ckpt_prefetch_chunks(const ck_entry *e) {
+    size_t n = e->nchunks * sizeof *e->chunks, d = e->nchunks * 2 * (size_t)e->ndim * sizeof *e->dims;
+    for (size_t o = 0; o < n && o < 1024; o += 64) __builtin_prefetch((const char *)e->chunks + o);
+    for (size_t o = 0; o < d && o < 1024; o += 64) __builtin_prefetch((const char *)e->dims + o);
+}
 /* ckpt_read_boxes in two steps: a load plans its checks (src/load_checks.h) from the planned reads.
  * ckpt_plan_reads checks every box and orders the reads (errors as ckpt_read_boxes'; on error *r
  * holds nothing); ckpt_run_reads then reads them, wants w unchanged, and frees *r whatever it

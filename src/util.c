@@ -302,28 +302,6 @@ static void *map_huge(size_t len) {
     return a;
 }
 
-void *sck_huge_calloc(size_t count, size_t size) {
-    if (size && count > SIZE_MAX / size) return NULL;
-    size_t n = count * size;
-    if (n < HUGE_MIN) return calloc(count ? count : 1, size ? size : 1);
-    if (n > SIZE_MAX - HUGE_PAGE) return NULL;
-    n = huge_len(n);
-    void *m = map_huge(n);
-    if (!m) return NULL;
-    /* Faulted in writable now: tables like these are read before they are written (a flag is tested,
-     * then set), and a first read maps the shared zero page, so each first write would then take a
-     * copy-on-write fault and a TLB flush on every CPU.  Advice only (Linux 5.14 on). */
-    madvise(m, n, MADV_POPULATE_WRITE);
-    return m;
-}
-
-void sck_huge_free(void *p, size_t count, size_t size) {
-    if (!p) return;
-    size_t n = count * size;
-    if (n < HUGE_MIN) free(p);
-    else munmap(p, huge_len(n));
-}
-
 /* ---- large transient arrays (util.h) ---- */
 
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
@@ -350,9 +328,9 @@ static big_head *big_head_of(void *p) { return (big_head *)(void *)((uint8_t *)p
 /* Freed mappings kept for the next big allocations: a load makes a dozen of these a rank, and a fresh
  * one costs a huge page's zeroing (or its 4 KiB faults) and an munmap.  At most BIG_KEEP bytes are
  * kept, process-wide, in mappings of at most BIG_KEEP_ONE each. */
-#define BIG_KEEP ((size_t)32 << 20)
+#define BIG_KEEP ((size_t)64 << 20)
 #define BIG_KEEP_ONE ((size_t)8 << 20)
-#define BIG_KEEP_N 16
+#define BIG_KEEP_N 32
 static pthread_mutex_t big_mu = PTHREAD_MUTEX_INITIALIZER;
 static void *big_kept[BIG_KEEP_N];
 static size_t big_kept_len[BIG_KEEP_N], big_kept_total;
@@ -385,7 +363,9 @@ static void big_keep(void *p, size_t len) {
     if (!kept) munmap(p, len);
 }
 
-void *sck_big_alloc(size_t n) {
+/* sck_big_alloc; *fresh: 1 if the block is a new mapping (zeroed, not yet faulted in). */
+static void *big_alloc(size_t n, int *fresh) {
+    *fresh = 0;
     if (n > SIZE_MAX - BIG_HEAD - 2 * HUGE_PAGE) return NULL;
     size_t need = n + BIG_HEAD;
     big_head *h;
@@ -394,12 +374,21 @@ void *sck_big_alloc(size_t n) {
         h->map = 0;
     } else {
         size_t len = huge_len(need);
-        if ((h = big_take(len))) len = h->map; /* the kept mapping's own length */
-        else if (!(h = map_huge(len))) return NULL;
+        if ((h = big_take(len))) {
+            len = h->map; /* the kept mapping's own length */
+        } else {
+            if (!(h = map_huge(len))) return NULL;
+            *fresh = 1;
+        }
         h->map = len;
     }
     h->n = n;
     return (uint8_t *)h + BIG_HEAD;
+}
+
+void *sck_big_alloc(size_t n) {
+    int fresh;
+    return big_alloc(n, &fresh);
 }
 
 void *sck_big_realloc(void *p, size_t n) {
@@ -484,4 +473,29 @@ void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const 
     }
     if (src != v) memcpy(v, src, n * size);
     sck_big_free(tmp);
+}
+
+void *sck_huge_calloc(size_t count, size_t size) {
+    if (size && count > SIZE_MAX / size) return NULL;
+    size_t n = count * size;
+    if (n < HUGE_MIN) return calloc(count ? count : 1, size ? size : 1);
+    int fresh;
+    uint8_t *p = big_alloc(n, &fresh);
+    if (!p) return NULL;
+    if (!fresh) {
+        memset(p, 0, n); /* a kept mapping: zeroing it costs less than a new one's page table */
+        return p;
+    }
+    /* Faulted in writable now: tables like these are read before they are written (a flag is tested,
+     * then set), and a first read maps the shared zero page, so each first write would then take a
+     * copy-on-write fault and a TLB flush on every CPU.  Advice only (Linux 5.14 on). */
+    big_head *h = big_head_of(p);
+    madvise(h, h->map, MADV_POPULATE_WRITE);
+    return p;
+}
+
+void sck_huge_free(void *p, size_t count, size_t size) {
+    if (!p) return;
+    if (count * size < HUGE_MIN) free(p);
+    else sck_big_free(p);
 }

@@ -113,9 +113,9 @@ int sck_read_file(const char *path, uint8_t **data, size_t *len);
 int sck_read_file_big(const char *path, uint8_t **data, size_t *len);
 
 /* count * size zeroed bytes (NULL on overflow or out of memory) for a large table filled right away:
- * from 1 MiB on a 2 MiB-aligned mapping (rounded up to 2 MiB) advised MADV_HUGEPAGE and faulted in
- * at once, as the first touch of each 4 KiB page costs more than filling it (11 to 16 us here,
- * against 0.2 ms per 2 MiB huge page); below, calloc.  Free with
+ * from 1 MiB on a block of sck_big_alloc's (below): a kept mapping, zeroed, or a fresh 2 MiB-aligned
+ * one advised MADV_HUGEPAGE and faulted in at once, as the first touch of each 4 KiB page costs more
+ * than filling it (11 to 16 us here, against 0.2 ms per 2 MiB huge page); below 1 MiB, calloc.  Free with
  * sck_huge_free and the same count and size. */
 void *sck_huge_calloc(size_t count, size_t size);
 void sck_huge_free(void *p, size_t count, size_t size);
@@ -123,7 +123,7 @@ void sck_huge_free(void *p, size_t count, size_t size);
  * the end of a call.  glibc maps each such block afresh and every first touch of a 4 KiB page then
  * faults (11 us a page on this project's VMs, 3 to 12 ms a load); from 256 KiB on these are whole
  * 2 MiB-aligned mappings advised MADV_HUGEPAGE, one fault a 2 MiB page, and freed ones of up to
- * 8 MiB are kept for reuse (32 MiB at most, process-wide: a load makes a dozen).  Smaller ones, and every
+ * 8 MiB are kept for reuse (64 MiB at most, process-wide: a load makes a dozen a rank).  Smaller ones, and every
  * one in sanitizer builds (which then see overflows), come from malloc.  sck_big_alloc: n bytes,
  * uninitialised, NULL when out of memory.  sck_big_realloc: like realloc (NULL p allocates; on
  * failure p is left as it was and NULL returned).  sck_big_free: NULL allowed.  Never mix these
