@@ -25,7 +25,7 @@ void ck_meta_free(ck_meta *m) {
     free(m->files);
     free(m->key_pool);
     sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
-    sck_huge_free(m->dims_pool, m->dims_pool_n, sizeof *m->dims_pool);
+    sck_big_free(m->dims_pool);
     free(m->file_pool);
     free(m->file_end);
     free(m->item_base);

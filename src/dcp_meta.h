@@ -47,7 +47,7 @@ typedef struct ck_meta {
     char *key_pool;
     ck_chunk *chunk_pool;   /* chunk_pool_n chunks; it and e (cap entries) from sck_huge_calloc */
     size_t chunk_pool_n;
-    int64_t *dims_pool;     /* dims_pool_n values, from sck_huge_calloc: every entry's dims */
+    int64_t *dims_pool;     /* dims_pool_n values, from sck_big_alloc (not zeroed): every entry's dims */
     size_t dims_pool_n;
     char *file_pool;
     /* Set by ckpt_from_model (src/ckpt.h), freed here: each data file's extent (the end of its last

@@ -271,9 +271,9 @@ static int decode(mw_rd *r, ck_meta *m) {
     m->e = m->chunk_pool ? sck_huge_calloc(n ? n : 1, sizeof *m->e) : NULL; /* freed as the pool's */
     m->cap = m->e ? (n ? n : 1) : 0;
     /* How many chunk dimensions there are is not in the header; the bytes bound them (8 a value).
-     * Only what is used gets touched. */
+     * Only what is used gets touched (each value is written before it is read): not zeroed. */
     size_t ndims = (size_t)(left / 8) + 1;
-    m->dims_pool = sck_huge_calloc(ndims, sizeof *m->dims_pool);
+    m->dims_pool = ndims <= SIZE_MAX / sizeof *m->dims_pool ? sck_big_alloc(ndims * sizeof *m->dims_pool) : NULL;
     m->dims_pool_n = m->dims_pool ? ndims : 0;
     if (!m->files || !m->file_pool || !m->e || !m->key_pool || !m->chunk_pool || !m->dims_pool)
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a model of %llu entries", r->what, (unsigned long long)n);
