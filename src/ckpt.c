@@ -1691,6 +1691,42 @@ static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
     return SCK_OK;
 }
 
+/* Puts the ops (made in want order) in file order and staggers them, in one pass where it can: within
+ * one file, want order is usually file order already (a save writes each rank's chunks in the order
+ * of its state), and a stable distribution by file then sorts them, placed straight at their
+ * staggered positions.  *used: 0 when the ops had to be sorted (sck_sort) and are not staggered yet. */
+static void order_reads(sck_ckpt *ck, read_op **op, size_t m, int *used) {
+    size_t nf = ck->m.nfiles;
+    *used = 0;
+    size_t *at = calloc(nf + 1, sizeof *at);
+    uint64_t *last = calloc(nf ? nf : 1, sizeof *last);
+    read_op *t = at && last ? sck_big_alloc(m * sizeof *t) : NULL;
+    int ok = t != NULL, stag = m > 1 && ck->rank > 0 && ck->rank < ck->nranks;
+    double target = stag ? (double)nf * ck->rank / ck->nranks : 0;
+    size_t j = 0; /* the ops before the rank's share of the files: they go last */
+    for (size_t i = 0; ok && i < m; i++) {
+        uint32_t f = (*op)[i].file;
+        if (f >= nf || (at[f + 1] && (*op)[i].off < last[f])) ok = 0;
+        else last[f] = (*op)[i].off, at[f + 1]++, j += stag && ckpt_file_pos(ck->m.file_end, f, (*op)[i].off) < target;
+    }
+    if (ok) {
+        for (size_t f = 0; f < nf; f++) at[f + 1] += at[f];
+        if (j == m) j = 0; /* nothing in the rank's share: no rotation (as stagger) */
+        for (size_t i = 0; i < m; i++) {
+            size_t k = at[(*op)[i].file]++;
+            t[k >= j ? k - j : k + (m - j)] = (*op)[i];
+        }
+        sck_big_free(*op);
+        *op = t;
+        *used = 1;
+    } else {
+        sck_big_free(t);
+    }
+    free(at);
+    free(last);
+    if (!ok) sck_sort(*op, m, sizeof **op, cmp_read_op);
+}
+
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     read_op *op = NULL;
     size_t m = 0, cap = 0;
@@ -1705,8 +1741,9 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
     /* In file order: the windows and the kernel's read-ahead then serve consecutive items, where
      * tensor order would hop between the files of the saving ranks (a reshard reads each tensor
      * from several files) and refill a window for every item. */
-    if (!rc && m) sck_sort(op, m, sizeof *op, cmp_read_op);
-    if (!rc && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
+    int placed = 0;
+    if (!rc && m) order_reads(ck, &op, m, &placed);
+    if (!rc && !placed && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
     if (rc) {
         sck_big_free(op);
         return rc;
