@@ -1728,8 +1728,9 @@ static void order_reads(sck_ckpt *ck, read_op **op, size_t m, int *used) {
 }
 
 int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
-    read_op *op = NULL;
-    size_t m = 0, cap = 0;
+    size_t m = 0, cap = n < SIZE_MAX / 2 / sizeof(read_op) ? n + n / 2 + 16 : 0; /* most wants overlap a chunk or two */
+    read_op *op = cap ? sck_big_alloc(cap * sizeof *op) : NULL;
+    if (!op) cap = 0; /* plan_want grows it, or says it is out of memory */
     int rc = SCK_OK;
     r->op = NULL;
     r->m = 0;

@@ -69,9 +69,10 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
     /* The wire list: per item needed, varints {items skipped since the last one, bytes, number of runs
      * (0: many, or the whole chunk)} and that many {offset, length}.  Every rank gathers every rank's
      * list, so it is kept small: about 4 bytes an item where 24 would do. */
-    sck_buf b;
-    sck_buf_init(&b);
-    int rc = SCK_OK;
+    /* In memory cheap to fault in (util.h), grown in the rare case the guess is short. */
+    size_t cap = n * 8 + 64, len = 0;
+    uint8_t *out = sck_big_alloc(cap);
+    int rc = out ? SCK_OK : SCK_ERR_NOMEM;
     uint64_t next = 0;
     for (size_t i = 0, e; i < n && !rc; i = e) {
         uint64_t bytes = 0, rg[LC_RANGES][2];
@@ -94,15 +95,21 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         q = sck_put_varint(q, m);
         for (uint64_t k = 0; k < m; k++) q = sck_put_varint(sck_put_varint(q, rg[k][0]), rg[k][1]);
         next = rec[i].g + 1;
-        rc = sck_buf_append(&b, rec_buf, (size_t)(q - rec_buf));
+        size_t k = (size_t)(q - rec_buf);
+        if (len + k > cap) {
+            uint8_t *g = sck_big_realloc(out, 2 * cap + k);
+            if (!g) rc = SCK_ERR_NOMEM;
+            else out = g, cap = 2 * cap + k;
+        }
+        if (!rc) memcpy(out + len, rec_buf, k), len += k;
     }
     sck_big_free(rec);
     if (rc) {
-        sck_buf_free(&b);
+        sck_big_free(out);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir);
     }
-    *wire = b.data;
-    *wire_len = b.len;
+    *wire = out;
+    *wire_len = len;
     return SCK_OK;
 }
 
@@ -424,12 +431,12 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
     if (!counts || !cur) {
         free(counts);
         free(cur);
-        free(wire);
+        sck_big_free(wire);
         return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir));
     }
     void *all = NULL;
     int rc = comm_agree_gather(comm, local, wire, wlen, &all, counts);
-    free(wire);
+    sck_big_free(wire);
     const uint8_t *p = all;
     for (int i = 0; !rc && i < comm->size; i++) {
         cur[i].q = p;

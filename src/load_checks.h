@@ -24,7 +24,8 @@ typedef struct lc_need {
 
 #define LC_RANGES 8 /* a rank reading an item as more runs than this: the item is checked whole */
 
-/* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; caller frees), for the
+/* This rank's list to send in lc_assign's exchange (*wire_len bytes at *wire; the caller frees it with
+ * sck_big_free), for the
  * reads r planned for wants w (ckpt_plan_reads): per checksummed tensor item they overlap, by ascending item, {items skipped since the previous one, bytes needed, runs (0: more than
  * LC_RANGES, unknown, or the whole chunk)} and each run's {file offset, length}, as varints; the
  * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.

@@ -44,6 +44,9 @@ static int push_hand(sck_ckpt *ck, size_t *cap, ck_hand h) {
 static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     const ck_reads *r = v[me].r;
     size_t *split = calloc((size_t)nranks, sizeof *split), cap = 0;
+    /* About one hand-over an item this rank reads when ranks share items: made room for at once, as
+     * each step of a doubling array first touches fresh pages (11 us each here). */
+    if (!ck->hands && r->m > 256 && (ck->hands = sck_big_alloc(r->m * sizeof *ck->hands))) cap = r->m;
     /* Where each half of each rank's ops was left: this rank's ops come in two ascending runs too, so
      * the cursors only move forward, but at the one wrap-around (a binary search of another rank's
      * ops for each item missed the cache at every step). */

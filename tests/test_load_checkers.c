@@ -562,7 +562,7 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
         CHECK(rec[2] == (uint64_t)partial);
         if (partial) CHECK(rec[3] == L.payload[1] && rec[4] == (uint64_t)wz[0] * ROW);
         CHECK(!(ck->res[wi] != NULL && ck->res[wi][1].done));
-        free(wire);
+        sck_big_free(wire);
         sck_ckpt_close(ck);
     }
     teardown(&g);
