@@ -74,18 +74,25 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
     return SCK_OK;
 }
 
-/* The model's entry for each of st's entries, or -1 (caller frees with sck_big_free; NULL: out of memory).  A state's
+/* The model's entry for each of st's entries, or -1 (caller frees with sck_big_free; NULL: out of memory);
+ * clears each entry's `loaded` and counts the tensor pieces (*npieces) and the other entries found
+ * (*nother) on the way: each pass over a state of 10 000 entries misses the cache at every one.  A state's
  * keys mostly come in the model's sorted order, so each search first tries the entry after the last. */
-static long *find_entries(const sck_ckpt *ck, const sck_state *st) {
+static long *find_entries(const sck_ckpt *ck, sck_state *st, size_t *npieces, size_t *nother) {
     long *found = sck_big_alloc((st->n ? st->n : 1) * sizeof *found);
     long next = 0;
+    *npieces = *nother = 0;
     for (size_t i = 0; found && i < st->n; i++) {
         if (i + CK_AHEAD < st->n) { /* both keys' bytes lie apart in memory: asked for ahead */
             __builtin_prefetch(st->e[i + CK_AHEAD].key);
             if ((size_t)next + CK_AHEAD < ck->m.n) __builtin_prefetch(ck->m.e[next + CK_AHEAD].key);
         }
-        found[i] = ck_meta_find_near(&ck->m, st->e[i].key, next);
+        st_entry *e = &st->e[i];
+        e->loaded = 0;
+        found[i] = ck_meta_find_near(&ck->m, e->key, next);
         if (found[i] >= 0) next = found[i] + 1;
+        if (e->kind == ENT_TENSOR) *npieces += e->npieces;
+        else *nother += found[i] >= 0;
     }
     return found;
 }
@@ -98,38 +105,44 @@ typedef struct load_plan {
     uint8_t *asked;     /* per model entry: some state entry names it */
     ck_reads reads;     /* w, planned (ckpt_plan_reads) */
     size_t stop;        /* entries before this one passed the checks; bytes entries among them are read by load_run */
+    size_t *other, nother; /* the entries found that are not tensors (bytes, values), in state order */
     int rc;             /* the check that failed at entry `stop`, or the plan's (stop = st->n) */
     char msg[1024];     /* its message: the collective planning in between may set others */
 } load_plan;
 
 static void load_plan_free(load_plan *lp) {
     sck_big_free(lp->w);
+    free(lp->other);
     free(lp->asked);
     sck_big_free(lp->reads.op);
     memset(lp, 0, sizeof *lp);
 }
 
 /* Checks each entry (the key, and a tensor's kind, dtype and shape) and plans the tensor reads; the
- * first failure stops it, in lp->rc.  Returns only SCK_ERR_NOMEM.  found: find_entries. */
-static int load_prepare(sck_ckpt *ck, const sck_state *st, const long *found, unsigned flags, load_plan *lp) {
+ * first failure stops it, in lp->rc.  Marks the tensors to read `loaded` (load_collective clears
+ * them again if the load fails).  Returns only SCK_ERR_NOMEM.  found, npieces, nother: find_entries. */
+static int load_prepare(sck_ckpt *ck, sck_state *st, const long *found, size_t npieces, size_t nother, unsigned flags, load_plan *lp) {
     memset(lp, 0, sizeof *lp);
-    size_t npieces = 0;
-    for (size_t i = 0; i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
     lp->w = sck_big_alloc((npieces ? npieces : 1) * sizeof *lp->w);
+    lp->other = malloc((nother ? nother : 1) * sizeof *lp->other);
     lp->asked = calloc(ck->m.n ? ck->m.n : 1, 1);
-    if (!lp->w || !lp->asked) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
+    if (!lp->w || !lp->other || !lp->asked) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     int rc = SCK_OK;
     size_t i = 0;
     for (; !rc && i < st->n; i++) {
-        const st_entry *e = &st->e[i];
+        st_entry *e = &st->e[i];
         long ci = found[i];
         if (ci < 0) {
             if (!(flags & SCK_LOAD_ALLOW_MISSING)) rc = sck_err(SCK_ERR_MISSING_KEY, "'%s': not in checkpoint %s", e->key, ck->dir);
             continue;
         }
         lp->asked[ci] = 1;
-        if (e->kind == ENT_TENSOR && !(rc = check_tensor(ck, (size_t)ci, e)))
+        if (e->kind != ENT_TENSOR) {
+            if (lp->nother < nother) lp->other[lp->nother++] = i;
+        } else if (!(rc = check_tensor(ck, (size_t)ci, e))) {
             for (size_t p = 0; p < e->npieces; p++) lp->w[lp->nw++] = (ck_want){(size_t)ci, &e->pieces[p].box, e->pieces[p].data};
+            e->loaded = 1;
+        }
     }
     lp->stop = rc ? i - 1 : st->n;
     if (!rc) rc = ckpt_plan_reads(ck, lp->w, lp->nw, &lp->reads);
@@ -142,17 +155,15 @@ static int load_prepare(sck_ckpt *ck, const sck_state *st, const long *found, un
  * tensor reads; marks what it loaded and lists the checkpoint's entries no state entry named. */
 static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned flags, load_plan *lp) {
     int rc = SCK_OK;
-    for (size_t i = 0; !rc && i < lp->stop; i++) {
-        st_entry *e = &st->e[i];
-        if (found[i] >= 0 && e->kind != ENT_TENSOR && !(rc = load_bytes(ck, (size_t)found[i], e))) e->loaded = 1;
+    for (size_t k = 0; !rc && k < lp->nother && lp->other[k] < lp->stop; k++) {
+        st_entry *e = &st->e[lp->other[k]];
+        if (!(rc = load_bytes(ck, (size_t)found[lp->other[k]], e))) e->loaded = 1;
     }
     if (!rc && lp->rc) {
         sck_err_set_raw(lp->msg);
         rc = lp->rc;
     }
     if (!rc) rc = ckpt_run_reads(ck, lp->w, &lp->reads);
-    for (size_t i = 0; !rc && i < st->n; i++)
-        if (found[i] >= 0 && st->e[i].kind == ENT_TENSOR) st->e[i].loaded = 1;
     for (size_t i = 0; !rc && i < ck->m.n; i++) {
         if (lp->asked[i]) continue;
         if (flags & SCK_LOAD_REJECT_UNEXPECTED)
@@ -271,11 +282,13 @@ static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
 
 static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
     state_touch(st); /* blobs and values it loads change the state's structure (an async save's kept plan) */
-    for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
     state_clear_unexpected(st);
     sck_ckpt *ck = NULL;
     int rc = open_collective(comm, dir, &ck);
-    if (rc) return rc;
+    if (rc) {
+        for (size_t i = 0; i < st->n; i++) st->e[i].loaded = 0;
+        return rc;
+    }
     ck->verify = !(flags & SCK_LOAD_NO_VERIFY);
     ck->rank = sck_comm_rank(comm);
     ck->nranks = sck_comm_size(comm);
@@ -283,14 +296,18 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
     ck->io = flags & SCK_LOAD_DIRECT_IO ? CK_IO_DIRECT : flags & SCK_LOAD_BUFFERED_IO ? CK_IO_BUFFERED : CK_IO_AUTO;
     /* One reader checks each item (every rank runs this collective); any rank's failed check fails
      * the load on all ranks through the comm_agree below. */
-    long *found = find_entries(ck, st);
+    size_t npieces, nother;
+    long *found = find_entries(ck, st, &npieces, &nother);
     load_plan lp;
     memset(&lp, 0, sizeof lp);
-    int local = found ? load_prepare(ck, st, found, flags, &lp) : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
+    int local = found ? load_prepare(ck, st, found, npieces, nother, flags, &lp)
+                      : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     rc = lc_assign(comm, ck, lp.w, &lp.reads, local);
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
     if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, &lp));
     load_plan_free(&lp);
+    for (size_t i = 0; rc && i < st->n; i++) /* a failed load loaded no tensor for sure */
+        if (st->e[i].kind == ENT_TENSOR || !found) st->e[i].loaded = 0;
     sck_big_free(found);
     sck_ckpt_close(ck);
     return rc;
