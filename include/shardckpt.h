@@ -33,6 +33,9 @@
  * Objects returned by *_new / *_create / *_open functions are owned by the
  * caller and released with the matching *_free / *_close.  Tensor data
  * buffers are always owned by the caller; the library never frees them.
+ * Loads keep their large working arrays (read plans, check lists) in huge
+ * pages of their own and, once done, keep up to 64 MiB of those mappings in
+ * the process for the next load (a fresh page costs a fault on first touch).
  *
  * Thread safety
  * -------------
