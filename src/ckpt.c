@@ -1676,9 +1676,13 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
  * last item).  Ranks that read parts of the same items (a reshard) then start in different places,
  * several streams at once as the disk likes, each mostly finding the rest in the page cache when it
  * gets there; where every rank reads its own file, nothing moves. */
+/* Whether this rank's ops are rotated (stagger), and the file position its share starts at. */
+static int staggered(const sck_ckpt *ck, size_t m) { return m > 1 && ck->rank > 0 && ck->rank < ck->nranks; }
+static double share_start(const sck_ckpt *ck) { return (double)ck->m.nfiles * ck->rank / ck->nranks; }
+
 static int stagger(const sck_ckpt *ck, read_op *op, size_t m) {
     const uint64_t *ext = ck->m.file_end;
-    double target = (double)ck->m.nfiles * ck->rank / ck->nranks;
+    double target = share_start(ck);
     size_t j = 0;
     while (j < m && ckpt_file_pos(ext, op[j].file, op[j].off) < target) j++;
     if (j == 0 || j == m) return SCK_OK;
@@ -1701,8 +1705,8 @@ static void order_reads(sck_ckpt *ck, read_op **op, size_t m, int *used) {
     size_t *at = calloc(nf + 1, sizeof *at);
     uint64_t *last = calloc(nf ? nf : 1, sizeof *last);
     read_op *t = at && last ? sck_big_alloc(m * sizeof *t) : NULL;
-    int ok = t != NULL, stag = m > 1 && ck->rank > 0 && ck->rank < ck->nranks;
-    double target = stag ? (double)nf * ck->rank / ck->nranks : 0;
+    int ok = t != NULL, stag = staggered(ck, m);
+    double target = stag ? share_start(ck) : 0;
     size_t j = 0; /* the ops before the rank's share of the files: they go last */
     for (size_t i = 0; ok && i < m; i++) {
         uint32_t f = (*op)[i].file;
@@ -1744,7 +1748,7 @@ int ckpt_plan_reads(sck_ckpt *ck, const ck_want *w, size_t n, ck_reads *r) {
      * from several files) and refill a window for every item. */
     int placed = 0;
     if (!rc && m) order_reads(ck, &op, m, &placed);
-    if (!rc && !placed && m > 1 && ck->rank > 0 && ck->rank < ck->nranks) rc = stagger(ck, op, m);
+    if (!rc && !placed && staggered(ck, m)) rc = stagger(ck, op, m);
     if (rc) {
         sck_big_free(op);
         return rc;
