@@ -458,7 +458,6 @@ static const int64_t *res_strides(const sck_ckpt *ck, const sck_box *cbox, const
  * nor for our own items, whose payload offset the model cache records. */
 static int resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && !ck->full_resolve); }
 
-/* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 /* The table of every chunk's resolution, made on first use. */
 static int res_ready(sck_ckpt *ck, const char *key) {
     if (ck->res_pool) return SCK_OK;
@@ -470,6 +469,7 @@ static int res_ready(sck_ckpt *ck, const char *key) {
     return SCK_OK;
 }
 
+/* Resolves where a chunk's elements are: parses the item's zip and data.pkl (or trusts the raw layout). */
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     ck_entry *e = &ck->m.e[ei];
     ck_chunk *c = &e->chunks[ci];
@@ -1258,8 +1258,6 @@ static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct 
     return SCK_OK;
 }
 
-/* The runs of want's overlap with chunk ci of entry ei in an item of ours whose payload the model
- * cache places (row-major): 0 for any other item, else 1 with *l counted (and its first run). */
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
 static ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
     size_t lo = 0, hi = ck->nhands;
