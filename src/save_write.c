@@ -256,9 +256,7 @@ int save_write_file(save_job *j) {
     char path[4096];
     int k = snprintf(path, sizeof path, "%s/__%d_0.distcp", j->cm.tmp, j->rank);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", j->cm.tmp);
-    uint64_t expect = 0; /* payloads, data.pkl, their alignment and 1 KiB of zip records each */
-    for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) expect += j->src[i].plen + j->src[i].pkl_len + payload_align(j->src[i].plen) + 1024;
-    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, expect, j->keep ? &j->keep->stage : NULL};
+    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep ? &j->keep->stage : NULL};
     wstream *w;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;

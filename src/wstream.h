@@ -38,9 +38,6 @@ typedef struct ws_opts {
     unsigned nbufs;        /* staging buffers (0: WS_NBUFS_DEFAULT; at least 1) */
     int direct;            /* O_DIRECT; falls back to buffered I/O where the file system refuses it */
     int do_fsync;          /* fsync at close */
-    uint64_t expect;       /* bytes the file will roughly hold (0: unknown): reserved up front, so the
-                            * file is laid out in one piece even while other ranks write theirs; what
-                            * is left over is given back at close */
     ws_pool *pool;         /* NULL, or where staging buffers come from and go back to (nbufs <=
                             * WS_POOL_MAX); only one open stream may use a pool at a time */
 } ws_opts;
