@@ -12,10 +12,10 @@
  * small (RP_DST_SLICE): the kernel's read-ahead keeps the disk busy between them. */
 #define RP_DIRECT_SLICE (32u << 20)
 
-/* Two helpers, each reading a slice of its own: one read is always in flight while the other's slice
- * is handed over, so the disk does not wait while the caller is woken (which, on a busy machine, can
- * take the helper's CPU for as long as the caller checksums). */
-#define RP_HELPERS 2
+/* Two helpers (RP_HELPERS), each reading a slice of its own: one read is always in flight while the
+ * other's slice is handed over, so the disk does not wait while the caller is woken (which, on a busy
+ * machine, can take the helper's CPU for as long as the caller checksums).  Callers with many pipes on
+ * one disk ask for one (ckpt.c's pipe_helpers). */
 
 /* One range and how far it has got. */
 typedef struct rp_range {
@@ -122,7 +122,7 @@ static void *helper_main(void *arg) {
     return NULL;
 }
 
-int rp_new(rpipe **out) {
+int rp_new(rpipe **out, int helpers) {
     *out = NULL;
     rpipe *p = calloc(1, sizeof *p);
     if (!p) return sck_err(SCK_ERR_NOMEM, "out of memory for a read pipe");
@@ -135,7 +135,8 @@ int rp_new(rpipe **out) {
         free(p);
         return sck_err(SCK_ERR_NOMEM, "cannot create a read pipe");
     }
-    while (p->nth < RP_HELPERS && !pthread_create(&p->th[p->nth], NULL, helper_main, p)) p->nth++;
+    int want = helpers < 1 ? 1 : helpers > RP_HELPERS ? RP_HELPERS : helpers;
+    while (p->nth < want && !pthread_create(&p->th[p->nth], NULL, helper_main, p)) p->nth++;
     if (!p->nth) { /* one helper is enough to work, only slower */
         pthread_cond_destroy(&p->cv);
         pthread_mutex_destroy(&p->mu);

@@ -1,8 +1,8 @@
 /* rpipe.h - a file range read ahead on a helper thread, slice by slice, so that the caller checksums
  * (or copies out of) one slice while the next is being read: checking a load's data costs no more
  * time than reading it.  Slices go straight into the caller's buffer, or into two rotating buffers of
- * the pipe's own.  Two helper threads per pipe, kept for the pipe's life, each reading a slice of its
- * own (two reads in flight); one range at a time. */
+ * the pipe's own.  One or two helper threads per pipe, kept for the pipe's life, each reading a slice
+ * of its own (as many reads in flight); one range at a time. */
 #ifndef SCK_RPIPE_H
 #define SCK_RPIPE_H
 
@@ -18,8 +18,11 @@
 
 typedef struct rpipe rpipe;
 
-/* A pipe with its helper thread started.  Errors: SCK_ERR_NOMEM (also: no thread). */
-int rp_new(rpipe **out);
+#define RP_HELPERS 2           /* the most helper threads a pipe has */
+
+/* A pipe with `helpers` helper threads started (clamped to 1..RP_HELPERS; fewer where threads cannot be
+ * made, at least one).  Errors: SCK_ERR_NOMEM (also: no thread). */
+int rp_new(rpipe **out, int helpers);
 /* Stops the helper (after its current read) and frees everything.  NULL allowed. */
 void rp_free(rpipe *p);
 /* Starts reading [off, off+len) of fd.  dst: where the range goes (len bytes), or NULL for the pipe's

@@ -59,7 +59,7 @@ typedef struct pipe_fx {
     rpipe *p;
 } pipe_fx;
 
-static int fx_open(pipe_fx *x) {
+static int fx_open(pipe_fx *x, int helpers) {
     char path[4096];
     snprintf(path, sizeof path, "%s/f.bin", th_tmpdir());
     memset(x, 0, sizeof *x);
@@ -67,7 +67,7 @@ static int fx_open(pipe_fx *x) {
     if (!(x->want = make_file(path))) return -1;
     x->fd = open(path, O_RDONLY);
     x->dfd = open(path, O_RDONLY | O_DIRECT);
-    if (x->fd < 0 || rp_new(&x->p) != SCK_OK) return -1;
+    if (x->fd < 0 || rp_new(&x->p, helpers) != SCK_OK) return -1;
     x->dst = mmap(NULL, FILE_BYTES + 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     return x->dst == MAP_FAILED ? -1 : 0;
 }
@@ -80,9 +80,10 @@ static void fx_close(pipe_fx *x) {
     free(x->want);
 }
 
-TEST(rpipe_slices_in_order_exact_in_every_mode) {
+/* With `helpers` helper threads (two reads in flight, or one). */
+static void slices_in_order_exact_in_every_mode(int helpers) {
     pipe_fx x; /* the file, its descriptors, a pipe and a destination */
-    REQUIRE(fx_open(&x) == 0);
+    REQUIRE(fx_open(&x, helpers) == 0);
     rpipe *p = x.p;
     uint8_t *dst = x.dst, *want = x.want;
     const int fd = x.fd, dfd = x.dfd;
@@ -110,6 +111,9 @@ TEST(rpipe_slices_in_order_exact_in_every_mode) {
     fx_close(&x);
 }
 
+TEST(rpipe_slices_in_order_exact_in_every_mode) { slices_in_order_exact_in_every_mode(RP_HELPERS); }
+TEST(rpipe_one_helper_slices_in_order_exact_in_every_mode) { slices_in_order_exact_in_every_mode(1); }
+
 TEST(rpipe_read_error_names_file_and_stops) {
     char path[4096];
     snprintf(path, sizeof path, "%s/f.bin", th_tmpdir());
@@ -118,7 +122,7 @@ TEST(rpipe_read_error_names_file_and_stops) {
     int fd = open(path, O_RDONLY);
     REQUIRE(fd >= 0);
     rpipe *p = NULL;
-    REQUIRE_OK(rp_new(&p));
+    REQUIRE_OK(rp_new(&p, RP_HELPERS));
     /* Past the end of the file: the slices before it arrive, then "truncated". */
     REQUIRE_OK(rp_start(p, fd, -1, FILE_BYTES - RP_SLICE - 10, 2 * RP_SLICE, NULL, "f.bin"));
     const uint8_t *s;
@@ -144,7 +148,7 @@ TEST(rpipe_read_error_names_file_and_stops) {
  * is abandoned with nothing landing in its buffer afterwards; its read error comes with its takeover. */
 TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
     pipe_fx x;
-    REQUIRE(fx_open(&x) == 0);
+    REQUIRE(fx_open(&x, RP_HELPERS) == 0);
     rpipe *p = x.p;
     uint8_t *dst = x.dst, *want = x.want;
     int fd = x.fd, dfd = x.dfd;
