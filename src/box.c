@@ -195,6 +195,28 @@ int box_runs(const sck_box *src, const int64_t *src_strides, const sck_box *dst,
     return pn ? fn(ctx, ps, pt, pn) : 0;
 }
 
+int box_single_run(const sck_box *src, const sck_box *dst, const sck_box *ov, size_t elem, uint64_t *src_off, uint64_t *dst_off,
+                   uint64_t *len) {
+    int nd = ov->ndim;
+    if (nd < 0 || nd > SCK_MAX_DIMS || src->ndim != nd || dst->ndim != nd) return 0;
+    int d0 = 0;
+    while (d0 < nd && ov->size[d0] == 1) d0++; /* leading dims it does not step */
+    for (int d = d0 + 1; d < nd; d++) /* after the first dim it steps, whole rows of both */
+        if (ov->size[d] != src->size[d] || ov->size[d] != dst->size[d]) return 0;
+    if (d0 < nd && ov->size[d0] <= 0) return 0;
+    uint64_t s = 0, t = 0, ss = 1, ts = 1; /* unsigned, as in box_runs */
+    for (int d = nd - 1; d >= 0; d--) {
+        s += (uint64_t)(ov->off[d] - src->off[d]) * ss;
+        t += (uint64_t)(ov->off[d] - dst->off[d]) * ts;
+        ss *= (uint64_t)src->size[d];
+        ts *= (uint64_t)dst->size[d];
+    }
+    *src_off = s * elem;
+    *dst_off = t * elem;
+    *len = box_numel(ov) * elem;
+    return 1;
+}
+
 typedef struct { uint8_t *dst; const uint8_t *src; } box_copy_ctx;
 
 static int box_copy_run(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_t nbytes) {

@@ -47,6 +47,13 @@ typedef int (*box_run_fn)(void *ctx, uint64_t src_off, uint64_t dst_off, uint64_
 int box_runs(const sck_box *src, const int64_t *src_strides, const sck_box *dst, const sck_box *ov,
              size_t elem, box_run_fn fn, void *ctx);
 
+/* 1 if region `ov` (non-empty, inside both boxes) is one run in both row-major layouts, with that run's
+ * byte offsets in src's and dst's layouts and its length; else 0.  The run box_runs would report, found
+ * in O(ndim) where box_runs walks strides (a plan makes one of these per want and chunk).  0 says
+ * nothing about the runs: ask box_runs. */
+int box_single_run(const sck_box *src, const sck_box *dst, const sck_box *ov, size_t elem, uint64_t *src_off, uint64_t *dst_off,
+                   uint64_t *len);
+
 /* Copies region `ov` from src (layout as in box_runs) to dst (row-major over dst box) in memory. */
 void box_copy(void *dst, const sck_box *dbox, const void *src, const sck_box *sbox,
               const int64_t *src_strides, const sck_box *ov, size_t elem);

@@ -1504,10 +1504,15 @@ static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const sck
     if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return;
     sck_box cbox;
     ck_chunk_box(e, ci, &cbox);
-    int64_t sb[SCK_MAX_DIMS];
-    box_strides(&cbox, sb);
+    size_t elem = sck_dtype_size((sck_dtype)e->dtype);
     run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
-    box_runs(&cbox, sb, want, ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
+    if (box_single_run(&cbox, want, ov, elem, &l.first_src, &l.first_dst, &l.first_len)) { /* rows, flat slices */
+        l.n = 1;
+    } else {
+        int64_t sb[SCK_MAX_DIMS];
+        box_strides(&cbox, sb);
+        box_runs(&cbox, sb, want, ov, elem, collect_run, &l);
+    }
     if (l.n != 1) {
         o->runs = l.n > 1 ? 2 : 0;
         return;

@@ -423,6 +423,42 @@ TEST(box_copy_random_row_major) {
     CHECK(done > 100);
 }
 
+/* box_single_run agrees with box_runs: whenever it finds one run, box_runs reports exactly that run;
+ * when box_runs reports one run, so does it (row blocks, flat slices, single rows and elements); it
+ * declines every region of several runs. */
+static int first_run(void *ctx, uint64_t s, uint64_t d, uint64_t n) {
+    uint64_t *r = ctx;
+    if (r[3]++ == 0) r[0] = s, r[1] = d, r[2] = n;
+    return 0;
+}
+
+TEST(box_single_run_matches_box_runs) {
+    uint64_t x = 4242;
+    int singles = 0, many = 0;
+    for (int rep = 0; rep < 3000; rep++) {
+        int nd = 1 + (int)rng_below(&x, 4);
+        int64_t shape[4];
+        for (int d = 0; d < nd; d++) shape[d] = 1 + rng_below(&x, 6);
+        sck_box s = random_box(&x, nd, shape), t = random_box(&x, nd, shape), ov;
+        if (rng_below(&x, 2)) /* row blocks of one tensor, as a reshard along dim 0 makes them */
+            for (int d = 1; d < nd; d++) s.off[d] = t.off[d] = 0, s.size[d] = t.size[d] = shape[d];
+        if (!box_intersect(&s, &t, &ov)) continue;
+        size_t elem = (size_t)1 << rng_below(&x, 4);
+        uint64_t r[4] = {0, 0, 0, 0}, so = 1, dof = 1, len = 1;
+        int one = box_single_run(&s, &t, &ov, elem, &so, &dof, &len);
+        CHECK(box_runs(&s, NULL, &t, &ov, elem, first_run, r) == 0);
+        CHECK(one == (r[3] == 1));
+        if (one) CHECK(so == r[0] && dof == r[1] && len == r[2] && len == box_numel(&ov) * elem);
+        singles += one;
+        many += !one;
+    }
+    CHECK(singles > 1000 && many > 200); /* both kinds seen (about 2000 and 300) */
+    /* An empty region is no run. */
+    sck_box a = box2(0, 0, 4, 4), e = box2(1, 0, 0, 4);
+    uint64_t so, dof, len;
+    CHECK(box_single_run(&a, &a, &e, 4, &so, &dof, &len) == 0);
+}
+
 TEST(box_copy_random_strided_sources) {
     /* Non-contiguous sources: permuted (transposed) strides and padded row strides. */
     uint64_t x = 4242;
