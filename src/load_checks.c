@@ -285,14 +285,11 @@ static int part_owner_large(const uint64_t *ext, size_t nfiles, const ck_chunk *
     return r >= 0 && bar && need_at(all, at, r) >= bar ? r : -1;
 }
 
-/* A place in one rank's wire list: its current record x (with its runs g) while `have`. */
-typedef struct lc_cur {
-    const uint8_t *q, *end;
-    uint64_t next;
-    int have;
+/* One record of a rank's wire list, decoded: the item and bytes (x) and where its runs are (g). */
+typedef struct lc_dec {
     lc_need x;
     lc_rng g;
-} lc_cur;
+} lc_dec;
 
 /* One record of a wire list at *q (advanced past it): 0 if malformed or past the items' range. */
 static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc_need *x, lc_rng *g) {
@@ -308,18 +305,33 @@ static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc
     return 1;
 }
 
-/* Moves c to its next record; 0 if the list is malformed (items ascend by construction). */
-static int cur_step(lc_cur *c) {
-    c->have = c->q < c->end;
-    return !c->have || next_record(&c->q, c->end, &c->next, &c->x, &c->g);
+/* Decodes the wire list [p, +n) into *out (sck_big_alloc'ed; NULL when empty), *nout records by
+ * ascending item.  Returns SCK_OK, SCK_ERR_FORMAT for a malformed list, SCK_ERR_NOMEM. */
+static int decode_list(const uint8_t *p, size_t n, lc_dec **out, size_t *nout) {
+    *out = NULL;
+    *nout = 0;
+    if (!n) return SCK_OK;
+    lc_dec *d = sck_big_alloc((n / 3 + 1) * sizeof *d); /* a record takes 3 bytes at least */
+    if (!d) return SCK_ERR_NOMEM;
+    const uint8_t *q = p, *end = p + n;
+    uint64_t next = 0;
+    size_t k = 0;
+    while (q < end)
+        if (!next_record(&q, end, &next, &d[k].x, &d[k].g) || ++k > n / 3) { /* items ascend by construction */
+            sck_big_free(d);
+            return SCK_ERR_FORMAT;
+        }
+    *out = d;
+    *nout = k;
+    return SCK_OK;
 }
 
-/* Marks in ck->peer_checks the items of this rank's list (cur[me]) that another rank owns (1) or that
- * are checked by combining CRCs (2, with this rank's share in ck->combs).  Every list is read once,
- * in step, as the items ascend in each.  Out of memory (plan_failed 1), or a malformed list
- * (plan_failed 2), it marks nothing: this load then fails (lc_finish), as the other ranks count on
- * this one's share. */
-static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
+/* Marks in ck->peer_checks the items of this rank's list (lists[me]) that another rank owns (1) or
+ * that are checked by combining CRCs (2, with this rank's share in ck->combs).  Every list is walked
+ * once, in step, as the items ascend in each.  Out of memory (plan_failed 1), or a malformed list
+ * (bad: plan_failed 2), it marks nothing: this load then fails (lc_finish), as the other ranks count
+ * on this one's share. */
+static void mark_peers(sck_ckpt *ck, const lc_dec *const *lists, const size_t *counts, int nranks, int me, int bad) {
     const size_t *base = ck->m.item_base;
     const uint64_t *ext = ck->one_cache ? ck->m.file_end : NULL;
     uint8_t **pc = calloc(ck->m.n ? ck->m.n : 1, sizeof *pc);
@@ -328,17 +340,18 @@ static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
     const lc_need **all = malloc((size_t)nranks * sizeof *all);
     const lc_rng **rng = malloc((size_t)nranks * sizeof *rng);
     long *at = malloc((size_t)nranks * sizeof *at);
-    int ok = pc && all && rng && at, bad = 0;
-    for (int r = 0; ok && r < nranks; r++) {
-        all[r] = &cur[r].x, rng[r] = &cur[r].g;
-        if (!cur_step(&cur[r])) ok = 0, bad = 1;
-    }
-    while (ok && cur[me].have) {
-        uint64_t item = cur[me].x.item;
-        for (int r = 0; ok && r < nranks; r++) {
-            while (r != me && ok && cur[r].have && cur[r].x.item < item)
-                if (!cur_step(&cur[r])) ok = 0, bad = 1;
-            at[r] = cur[r].have && cur[r].x.item == item ? 0 : -1;
+    size_t *cur = calloc((size_t)nranks, sizeof *cur); /* each list's first record not before the item */
+    int ok = pc && all && rng && at && cur && !bad;
+    for (size_t j = 0; ok && j < counts[me]; j++) {
+        uint64_t item = lists[me][j].x.item;
+        for (int r = 0; r < nranks; r++) {
+            const lc_dec *l = lists[r];
+            size_t i = r == me ? j : cur[r];
+            while (i < counts[r] && l[i].x.item < item) i++;
+            cur[r] = i;
+            /* all[r][0] and rng[r][0]: rank r's record of the item, when at[r] is 0 */
+            at[r] = i < counts[r] && l[i].x.item == item ? 0 : -1;
+            if (!at[r]) all[r] = &l[i].x, rng[r] = &l[i].g;
         }
         while (ok && ei < ck->m.n && base[ei + 1] <= item) ei++;
         if (ok && ei == ck->m.n) ok = 0, bad = 1; /* not an item of this model */
@@ -368,11 +381,11 @@ static void mark_peers(sck_ckpt *ck, lc_cur *cur, int nranks, int me) {
             pc[ei][ci] = (uint8_t)(comb > 0 ? 2 : 1);
             if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = item;
         }
-        if (ok && !cur_step(&cur[me])) ok = 0, bad = 1;
     }
     free(all);
     free(rng);
     free(at);
+    free(cur);
     if (!ok) {
         for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
         for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
@@ -418,6 +431,79 @@ static int files_disjoint(sck_comm *comm, const sck_ckpt *ck, const ck_reads *r,
     return rc;
 }
 
+/* What a thread rank shows the others of its list: valid until lc_assign's last collective. */
+typedef struct lc_view {
+    const lc_dec *d;
+    size_t n;
+} lc_view;
+
+/* Thread ranks: each decodes its own list and the others walk the decoded records through the shared
+ * address space, where each decoding every rank's list cost n times the work.  *mine is the caller's
+ * to free once every rank is done (after a later collective).  Sets lists/counts (freed by the
+ * caller) or returns the agreed error. */
+static int share_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, int local, lc_dec **mine, const lc_dec ***lists,
+                         size_t **counts) {
+    lc_view v = {NULL, 0};
+    if (!local) {
+        int rc = decode_list(wire, wlen, mine, &v.n);
+        v.d = *mine;
+        if (rc) local = sck_err(rc, "out of memory sharing out checksum checks");
+    }
+    size_t *cnt = calloc((size_t)comm->size, sizeof *cnt);
+    const lc_dec **l = calloc((size_t)comm->size, sizeof *l);
+    if ((!cnt || !l) && !local) local = sck_err(SCK_ERR_NOMEM, "out of memory sharing out checksum checks");
+    void *all = NULL;
+    int rc = cnt && l ? comm_agree_gather(comm, local, &v, sizeof v, &all, cnt) : comm_agree(comm, local);
+    for (int i = 0; !rc && i < comm->size; i++) {
+        lc_view o;
+        if (cnt[i] != sizeof o) {
+            rc = comm_agree(comm, sck_err(SCK_ERR_FORMAT, "rank %d's list of checksum needs is malformed", i));
+            break;
+        }
+        memcpy(&o, (const uint8_t *)all + i * sizeof o, sizeof o);
+        l[i] = o.d, cnt[i] = o.n;
+    }
+    comm_gather_free(comm, all);
+    if (rc) {
+        free(cnt);
+        free(l);
+        return rc;
+    }
+    *lists = l;
+    *counts = cnt;
+    return SCK_OK;
+}
+
+/* Other ranks: every rank's wire list gathered (*all: the caller frees it with comm_gather_free after
+ * mark_peers, whose runs point into it) and decoded here.  *bad: 1 if a list was malformed, -1 out of
+ * memory. */
+static int gather_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, int local, void **all, lc_dec ***lists, size_t **counts,
+                          int *bad) {
+    size_t *cnt = calloc((size_t)comm->size, sizeof *cnt);
+    lc_dec **l = calloc((size_t)comm->size, sizeof *l);
+    if ((!cnt || !l) && !local) local = sck_err(SCK_ERR_NOMEM, "out of memory sharing out checksum checks");
+    *all = NULL;
+    int rc = cnt && l ? comm_agree_gather(comm, local, wire, wlen, all, cnt) : comm_agree(comm, local);
+    const uint8_t *p = *all;
+    *bad = 0;
+    for (int i = 0; !rc && i < comm->size; i++) {
+        size_t n = 0, bytes = cnt[i];
+        int e = decode_list(p, bytes, &l[i], &n);
+        if (e == SCK_ERR_FORMAT) *bad = 1;
+        else if (e && !*bad) *bad = -1;
+        cnt[i] = e ? 0 : n;
+        p += bytes;
+    }
+    if (rc) {
+        free(cnt);
+        free(l);
+        return rc;
+    }
+    *lists = l;
+    *counts = cnt;
+    return SCK_OK;
+}
+
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local) {
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
@@ -426,28 +512,31 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
     size_t wlen = 0;
     uint8_t *wire = NULL;
     if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen);
-    size_t *counts = calloc((size_t)comm->size, sizeof *counts);
-    lc_cur *cur = calloc((size_t)comm->size, sizeof *cur);
-    if (!counts || !cur) {
-        free(counts);
-        free(cur);
-        sck_big_free(wire);
-        return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory sharing out checksum checks", ck->dir));
+    size_t *counts = NULL;
+    int rc;
+    if (comm_in_process(comm)) {
+        lc_dec *mine = NULL;
+        const lc_dec **lists = NULL;
+        /* The records point into each rank's wire list: both kept until lc_handoff's last agreement,
+         * when no rank reads them any more. */
+        rc = share_decoded(comm, wire, wlen, local, &mine, &lists, &counts);
+        if (!rc) mark_peers(ck, lists, counts, comm->size, comm->rank, 0);
+        if (!rc) rc = lc_handoff(comm, ck, w, r, SCK_OK);
+        free(lists);
+        sck_big_free(mine);
+    } else {
+        lc_dec **lists = NULL;
+        void *all = NULL;
+        int bad = 0;
+        rc = gather_decoded(comm, wire, wlen, local, &all, &lists, &counts, &bad);
+        if (!rc && bad < 0) ck->plan_failed = 1;
+        else if (!rc) mark_peers(ck, (const lc_dec *const *)lists, counts, comm->size, comm->rank, bad);
+        for (int i = 0; lists && i < comm->size; i++) sck_big_free(lists[i]);
+        free(lists);
+        comm_gather_free(comm, all);
     }
-    void *all = NULL;
-    int rc = comm_agree_gather(comm, local, wire, wlen, &all, counts);
-    sck_big_free(wire);
-    const uint8_t *p = all;
-    for (int i = 0; !rc && i < comm->size; i++) {
-        cur[i].q = p;
-        cur[i].end = p + counts[i];
-        p += counts[i];
-    }
-    if (!rc) mark_peers(ck, cur, comm->size, comm->rank);
-    comm_gather_free(comm, all);
     free(counts);
-    free(cur);
-    if (!rc && comm_in_process(comm)) rc = lc_handoff(comm, ck, w, r, SCK_OK);
+    sck_big_free(wire);
     return rc;
 }
 
