@@ -35,9 +35,10 @@ static void add_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, co
     *n += k;
 }
 
-int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len) {
+int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len, size_t *nrec) {
     *wire = NULL;
     *wire_len = 0;
+    size_t records = 0;
     const size_t *base = ck->m.item_base;
     /* One record per checksummed overlap, by item (the reads are in file order, which for this
      * rank's own items is usually item order already): no table as large as the whole model. */
@@ -95,6 +96,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         q = sck_put_varint(q, m);
         for (uint64_t k = 0; k < m; k++) q = sck_put_varint(sck_put_varint(q, rg[k][0]), rg[k][1]);
         next = rec[i].g + 1;
+        records++;
         size_t k = (size_t)(q - rec_buf);
         if (len + k > cap) {
             uint8_t *g = sck_big_realloc(out, 2 * cap + k);
@@ -110,6 +112,7 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
     }
     *wire = out;
     *wire_len = len;
+    if (nrec) *nrec = records;
     return SCK_OK;
 }
 
@@ -306,21 +309,25 @@ static int next_record(const uint8_t **q, const uint8_t *end, uint64_t *next, lc
 }
 
 /* Decodes the wire list [p, +n) into *out (sck_big_alloc'ed; NULL when empty), *nout records by
- * ascending item.  Returns SCK_OK, SCK_ERR_FORMAT for a malformed list, SCK_ERR_NOMEM. */
-static int decode_list(const uint8_t *p, size_t n, lc_dec **out, size_t *nout) {
+ * ascending item.  most: how many records it holds at most (0: not known; a record takes 3 bytes at
+ * least).  Returns SCK_OK, SCK_ERR_FORMAT for a malformed list, SCK_ERR_NOMEM. */
+static int decode_list(const uint8_t *p, size_t n, size_t most, lc_dec **out, size_t *nout) {
     *out = NULL;
     *nout = 0;
     if (!n) return SCK_OK;
-    lc_dec *d = sck_big_alloc((n / 3 + 1) * sizeof *d); /* a record takes 3 bytes at least */
+    if (!most || most > n / 3) most = n / 3;
+    lc_dec *d = sck_big_alloc((most + 1) * sizeof *d);
     if (!d) return SCK_ERR_NOMEM;
     const uint8_t *q = p, *end = p + n;
     uint64_t next = 0;
     size_t k = 0;
-    while (q < end)
-        if (!next_record(&q, end, &next, &d[k].x, &d[k].g) || ++k > n / 3) { /* items ascend by construction */
+    while (q < end) { /* items ascend by construction */
+        if (k == most || !next_record(&q, end, &next, &d[k].x, &d[k].g)) {
             sck_big_free(d);
             return SCK_ERR_FORMAT;
         }
+        k++;
+    }
     *out = d;
     *nout = k;
     return SCK_OK;
@@ -441,11 +448,11 @@ typedef struct lc_view {
  * address space, where each decoding every rank's list cost n times the work.  *mine is the caller's
  * to free once every rank is done (after a later collective).  Sets lists/counts (freed by the
  * caller) or returns the agreed error. */
-static int share_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, int local, lc_dec **mine, const lc_dec ***lists,
+static int share_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, size_t nrec, int local, lc_dec **mine, const lc_dec ***lists,
                          size_t **counts) {
     lc_view v = {NULL, 0};
     if (!local) {
-        int rc = decode_list(wire, wlen, mine, &v.n);
+        int rc = decode_list(wire, wlen, nrec, mine, &v.n);
         v.d = *mine;
         if (rc) local = sck_err(rc, "out of memory sharing out checksum checks");
     }
@@ -488,7 +495,7 @@ static int gather_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, int 
     *bad = 0;
     for (int i = 0; !rc && i < comm->size; i++) {
         size_t n = 0, bytes = cnt[i];
-        int e = decode_list(p, bytes, &l[i], &n);
+        int e = decode_list(p, bytes, 0, &l[i], &n);
         if (e == SCK_ERR_FORMAT) *bad = 1;
         else if (e && !*bad) *bad = -1;
         cnt[i] = e ? 0 : n;
@@ -509,9 +516,9 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     int disjoint = 0, agreed = files_disjoint(comm, ck, r, local, &disjoint);
     if (agreed || disjoint) return agreed;
-    size_t wlen = 0;
+    size_t wlen = 0, nrec = 0;
     uint8_t *wire = NULL;
-    if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen);
+    if (!local && ck->verify) local = lc_needs(ck, w, r, &wire, &wlen, &nrec);
     size_t *counts = NULL;
     int rc;
     if (comm_in_process(comm)) {
@@ -519,7 +526,7 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
         const lc_dec **lists = NULL;
         /* The records point into each rank's wire list: both kept until lc_handoff's last agreement,
          * when no rank reads them any more. */
-        rc = share_decoded(comm, wire, wlen, local, &mine, &lists, &counts);
+        rc = share_decoded(comm, wire, wlen, nrec, local, &mine, &lists, &counts);
         if (!rc) mark_peers(ck, lists, counts, comm->size, comm->rank, 0);
         if (!rc) rc = lc_handoff(comm, ck, w, r, SCK_OK);
         free(lists);

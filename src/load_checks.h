@@ -28,9 +28,9 @@ typedef struct lc_need {
  * sck_big_free), for the
  * reads r planned for wants w (ckpt_plan_reads): per checksummed tensor item they overlap, by ascending item, {items skipped since the previous one, bytes needed, runs (0: more than
  * LC_RANGES, unknown, or the whole chunk)} and each run's {file offset, length}, as varints; the
- * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.
- * Errors: SCK_ERR_NOMEM. */
-int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len);
+ * items' chunks are resolved to find the runs, except those of chunks this rank reads whole.  *nrec
+ * (unless NULL): how many records the list holds.  Errors: SCK_ERR_NOMEM. */
+int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, size_t *wire_len, size_t *nrec);
 
 /* The rank that checks item `item` of the model's `nitems`, given every rank's list (all[r], n[r]
  * records): the rank needing most bytes of it; ties (ranks needing at least most - most/LC_NEAR_TIE

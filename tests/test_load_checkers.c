@@ -547,7 +547,7 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
         ck_want want = {(size_t)wi, &box, g.w};
         ck_reads rd;
         REQUIRE_OK(ckpt_plan_reads(ck, &want, 1, &rd));
-        REQUIRE_OK(lc_needs(ck, &want, &rd, &wire, &n));
+        REQUIRE_OK(lc_needs(ck, &want, &rd, &wire, &n, NULL));
         sck_big_free(rd.op);
         /* one record, varints: {item, bytes, runs} and, when partial, its one run {offset, length} */
         uint64_t rec[5] = {0};
