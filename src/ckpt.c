@@ -1497,9 +1497,10 @@ static int cmp_read_op(const void *a, const void *b) {
 
 /* The read ops of want k (appended to *op, which grows), after checking it: kind, dtype, fit and
  * coverage. */
-/* Fills o->runs (and the run, if one) for overlap ov of want with chunk ci of e, when the chunk is an
+/* Fills o->runs (and the run, if one) for overlap ov of want w with chunk ci of e, when the chunk is an
  * item of ours with a checksum: its payload's place is known without reading anything. */
-static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const sck_box *want, const sck_box *ov, read_op *o) {
+static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const ck_want *w, const sck_box *ov, read_op *o) {
+    const sck_box *want = w->box;
     const ck_chunk *c = &e->chunks[ci];
     if (c->transformed || c->raw || resolve_reads(ck, c) || !c->has_crc) return;
     sck_box cbox;
@@ -1519,7 +1520,7 @@ static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const sck
     }
     uint64_t a = c->offset + c->payload + l.first_src;
     if (c->payload >= c->length || l.first_src > c->length - c->payload || l.first_len > c->offset + c->length - a) return;
-    o->runs = 1, o->run = a, o->len = l.first_len, o->dst_off = l.first_dst;
+    o->runs = 1, o->run = a, o->len = l.first_len, o->dst = (uint8_t *)w->dst + l.first_dst;
 }
 
 static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **op, size_t *m, size_t *cap) {
@@ -1530,6 +1531,8 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
         return sck_err(SCK_ERR_INVALID_ARG, "'%s': requested box does not fit the stored shape", e->key);
     uint64_t need = box_numel(w->box), got = 0;
     if (need == 0) return SCK_OK;
+    if (k > UINT32_MAX || e->nchunks > UINT32_MAX || w->ei > UINT32_MAX) /* read_op's fields */
+        return sck_err(SCK_ERR_UNSUPPORTED, "'%s': more than 2^32 boxes, chunks or entries in one load", e->key);
     ck_ov_it it;
     size_t ci;
     sck_box ov;
@@ -1545,8 +1548,9 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
             *cap = c2;
         }
         read_op *o = &(*op)[(*m)++];
-        *o = (read_op){e->chunks[ci].file, 0, elems == need, elems == ck_chunk_numel(e, ci), 0, e->chunks[ci].offset, k, ci, elems, 0, 0, 0};
-        own_runs(ck, e, ci, w->box, &ov, o);
+        *o = (read_op){e->chunks[ci].file, 0, elems == need, elems == ck_chunk_numel(e, ci), 0, e->chunks[ci].offset, (uint32_t)k,
+                       (uint32_t)ci, (uint32_t)w->ei, elems, 0, 0, NULL};
+        own_runs(ck, e, ci, w, &ov, o);
     }
     if (got != need) /* never more: saved chunks do not overlap */
         return sck_err(SCK_ERR_COVERAGE, "'%s': saved chunks cover %llu of the %llu requested elements (the checkpoint has holes)",
@@ -1585,7 +1589,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
         }
         if (ck->res[x->ei][ci].verified && !peer) return 0;
         uint64_t a = o->run, len = o->len;
-        *s = (small_rd){x->ei, ci, a, len, (uint8_t *)x->dst + o->dst_off, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
+        *s = (small_rd){x->ei, ci, a, len, o->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
         return 1;
     }
     if (ckpt_resolve_chunk(ck, x->ei, ci, &r) != SCK_OK) {

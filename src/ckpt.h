@@ -223,8 +223,8 @@ static inline void ckpt_prefetch_chunks(const ck_entry *e) {
 }
 /* ckpt_read_boxes in two steps: a load plans its checks (src/load_checks.h) from the planned reads.
  * ckpt_plan_reads checks every box and orders the reads (errors as ckpt_read_boxes'; on error *r
- * holds nothing); ckpt_run_reads then reads them, wants w unchanged, and frees *r whatever it
- * returns.  r->op is sck_big_alloc'ed (a caller that drops a plan unrun frees it with sck_big_free). */
+ * holds nothing); ckpt_run_reads then reads them, wants w unchanged (their buffers too: the plan
+ * keeps where single runs land), and frees *r whatever it returns.  r->op is sck_big_alloc'ed (a caller that drops a plan unrun frees it with sck_big_free). */
 typedef struct read_op {           /* one overlap to read: want k's part in chunk ci of its entry */
     uint32_t file;
     uint8_t handed;                 /* the item's owner copies it into place (load_handoff.h): skip it */
@@ -235,10 +235,11 @@ typedef struct read_op {           /* one overlap to read: want k's part in chun
                                      * item) or 2 (more); 0: not known.  Worked out once, when planned:
                                      * the checks' planning, the hand-overs and the batches all ask */
     uint64_t off;                   /* the item's file and offset: the reading order */
-    size_t k, ci;
+    uint32_t k, ci;                 /* want k (ckpt_plan_reads' wants: fewer than 2^32), chunk ci */
+    uint32_t ei;                    /* want k's entry: other ranks' hand-over planning reads it here */
     uint64_t elems;                 /* elements in the overlap */
-    uint64_t run, len, dst_off;     /* runs == 1: the run's file offset and length, and where it goes in
-                                     * want k's buffer */
+    uint64_t run, len;              /* runs == 1: the run's file offset and length */
+    uint8_t *dst;                   /* runs == 1: where the run goes in want k's buffer */
 } read_op;
 typedef struct ck_reads {
     read_op *op;

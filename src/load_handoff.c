@@ -8,6 +8,7 @@ typedef struct lh_view {        /* what one rank shows the others: valid until t
     sck_ckpt *ck;
     const ck_want *w;
     ck_reads *r;
+    size_t split;               /* where its ops' second ascending run starts (rotation) */
 } lh_view;
 
 static int op_before(const read_op *o, uint32_t file, uint64_t off) { return o->file < file || (o->file == file && o->off < off); }
@@ -56,13 +57,13 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
         free(cur);
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
     }
-    for (int q = 0; q < nranks; q++) split[q] = rotation(v[q].r->op, v[q].r->m), cur[q][0] = 0, cur[q][1] = split[q];
+    for (int q = 0; q < nranks; q++) split[q] = v[q].split, cur[q][0] = 0, cur[q][1] = split[q];
     int rc = SCK_OK;
     for (size_t j = 0; j < r->m && !rc; j++) {
         const read_op *o = &r->op[j];
         if (j && op_before(o, r->op[j - 1].file, r->op[j - 1].off)) /* the wrap-around: start over */
             for (int q = 0; q < nranks; q++) cur[q][0] = 0, cur[q][1] = split[q];
-        size_t ei = v[me].w[o->k].ei, ci = o->ci;
+        size_t ei = o->ei, ci = o->ci;
         const ck_chunk *c = &ck->m.e[ei].chunks[ci];
         if (ckpt_peer_mark(ck, ei, ci)) continue; /* not this rank's to check */
         if (!c->has_crc) continue;
@@ -74,11 +75,11 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
             for (int h = 0; h < 2 && !rc; h++) {
                 while (cur[q][h] < runs[h][1] && op_before(&qo[cur[q][h]], o->file, o->off)) cur[q][h]++;
                 for (size_t i = cur[q][h]; i < runs[h][1] && qo[i].file == o->file && qo[i].off == o->off; i++) {
-                    const ck_want *x = &v[q].w[qo[i].k];
-                    if (qo[i].handed || x->ei != ei || qo[i].ci != ci) continue;
+                    if (qo[i].handed || qo[i].ei != ei || qo[i].ci != ci) continue;
                     if (small && qo[i].runs == 1) {
-                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, qo[i].run, qo[i].len, (uint8_t *)x->dst + qo[i].dst_off, NULL, 0});
+                        rc = push_hand(ck, &cap, (ck_hand){ei, ci, qo[i].run, qo[i].len, qo[i].dst, NULL, 0});
                     } else {
+                        const ck_want *x = &v[q].w[qo[i].k];
                         if (o->runs != 2 || qo[i].runs != 2) continue;
                         rc = push_hand(ck, &cap, (ck_hand){ei, ci, 0, 0, x->dst, x->box, 0});
                     }
@@ -94,7 +95,7 @@ static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
 }
 
 int lc_handoff(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local) {
-    lh_view mine = {ck, w, r};
+    lh_view mine = {ck, w, r, rotation(r->op, r->m)}; /* each rank's found once, by itself */
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning hand-overs", ck->dir);
     void *all = NULL;

@@ -46,13 +46,15 @@ TEST(plan_reads_in_file_order_then_run_exactly) {
     /* Every tensor whole, in reverse key order: the reads still go in file order. */
     sck_box boxes[NS + 1];
     ck_want w[NS + 1];
+    float *out = malloc((size_t)NS * 128 * 4), *bout = malloc((size_t)BIGR * 1024 * 4);
+    REQUIRE(out && bout);
     for (int k = 0; k <= NS; k++) {
         size_t ei = (size_t)(k == NS ? eb : e0 + NS - 1 - k);
         memset(&boxes[k], 0, sizeof boxes[k]);
         boxes[k].ndim = 2;
         boxes[k].size[0] = ck->m.e[ei].shape[0];
         boxes[k].size[1] = ck->m.e[ei].shape[1];
-        w[k] = (ck_want){ei, &boxes[k], NULL};
+        w[k] = (ck_want){ei, &boxes[k], k == NS ? (void *)bout : (void *)(out + (size_t)(NS - 1 - k) * 128)};
     }
     ck_reads r;
     REQUIRE_OK(ckpt_plan_reads(ck, w, NS + 1, &r));
@@ -63,11 +65,7 @@ TEST(plan_reads_in_file_order_then_run_exactly) {
         CHECK(r.op[j].file == r.op[0].file && r.op[j].off > r.op[j - 1].off);
         CHECK(r.op[j].k == NS - j && r.op[j].elems == 128);
     }
-    /* The planned reads are then run, into real buffers, exactly. */
-    float *out = malloc((size_t)NS * 128 * 4), *bout = malloc((size_t)BIGR * 1024 * 4);
-    REQUIRE(out && bout);
-    for (int k = 0; k < NS; k++) w[k].dst = out + (size_t)(NS - 1 - k) * 128;
-    w[NS].dst = bout;
+    /* The planned reads are then run, into the wants' buffers, exactly. */
     CHECK_OK(ckpt_run_reads(ck, w, &r));
     CHECK(r.op == NULL && r.m == 0);
     CHECK(!memcmp(out, small, (size_t)NS * 128 * 4));
