@@ -47,12 +47,15 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
     size_t n = 0;
     int sorted = 1;
     for (size_t j = 0; j < r->m; j++) {
+        /* The ops go in file order, their entries and chunk records in model order: asked for ahead,
+         * the entry first, as each miss here otherwise waited on memory. */
+        if (j + 2 * CK_AHEAD < r->m) __builtin_prefetch(&ck->m.e[r->op[j + 2 * CK_AHEAD].ei]);
+        if (j + CK_AHEAD < r->m) __builtin_prefetch(&ck->m.e[r->op[j + CK_AHEAD].ei].chunks[r->op[j + CK_AHEAD].ci]);
         const read_op *o = &r->op[j];
-        const ck_want *x = &w[o->k];
-        const ck_entry *ce = &ck->m.e[x->ei];
+        const ck_entry *ce = &ck->m.e[o->ei];
         const ck_chunk *c = &ce->chunks[o->ci];
         if (!c->has_crc) continue;
-        rec[n] = (lc_rec){base[x->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->chunk};
+        rec[n] = (lc_rec){base[o->ei] + o->ci, o->elems * sck_dtype_size((sck_dtype)ce->dtype), j, o->chunk};
         if (n && cmp_rec(&rec[n - 1], &rec[n]) > 0) sorted = 0;
         n++;
     }
@@ -79,7 +82,10 @@ int lc_needs(sck_ckpt *ck, const ck_want *w, const ck_reads *r, uint8_t **wire, 
         uint64_t bytes = 0, rg[LC_RANGES][2];
         size_t nr = 0;
         for (e = i; e < n && rec[e].g == rec[i].g; e++) {
-            if (e + CK_AHEAD < n) ckpt_prefetch_box(w[r->op[rec[e + CK_AHEAD].j].k].box);
+            if (e + CK_AHEAD < n) { /* a box is read only for runs not worked out when planned */
+                const read_op *a = &r->op[rec[e + CK_AHEAD].j];
+                if (!rec[e + CK_AHEAD].whole && a->runs != 1) ckpt_prefetch_box(w[a->k].box);
+            }
             bytes = rec[e].bytes > UINT64_MAX - bytes ? UINT64_MAX : bytes + rec[e].bytes;
             const read_op *o = &r->op[rec[e].j];
             const ck_want *x = &w[o->k];
