@@ -1377,6 +1377,7 @@ static int hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p
             if (rc) return rc;
             continue;
         }
+        if (h[i].done) continue; /* read straight into place (read_small_batch) */
         if (!p) {
             struct iovec v = {h[i].dst, (size_t)h[i].len};
             int rc = preadv_full(ck, ei, ci, ck->files[ck->m.e[ei].chunks[ci].file].fd, &v, 1, h[i].run);
@@ -1561,12 +1562,15 @@ static int plan_want(const sck_ckpt *ck, const ck_want *w, size_t k, read_op **o
 /* A small item this rank reads as one run, in a batch of such items (read_small_batch): one it checks
  * (read whole), or, when the ranks are threads sharing a page cache, one another rank checks (only the
  * run, and the bytes before it since the last one, are read). */
+#define SMALL_HANDS 2 /* other ranks' runs of a small item this rank checks read straight into their buffers */
 typedef struct small_rd {
     size_t ei, ci;
     uint64_t run, len;      /* the run's file offset and length, inside the item */
     uint8_t *dst;
     int check;
     uint64_t from, to;      /* the file bytes this entry covers: the item, or the run */
+    int nh;                 /* hand-overs read in place (place_hands), by file offset */
+    ck_hand *hand[SMALL_HANDS];
 } small_rd;
 
 /* Whether want x's part of chunk o->ci can go in a batch: a small item stored little-endian whose
@@ -1589,7 +1593,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
         }
         if (ck->res[x->ei][ci].verified && !peer) return 0;
         uint64_t a = o->run, len = o->len;
-        *s = (small_rd){x->ei, ci, a, len, o->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
+        *s = (small_rd){x->ei, ci, a, len, o->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length, 0, {NULL}};
         return 1;
     }
     if (ckpt_resolve_chunk(ck, x->ei, ci, &r) != SCK_OK) {
@@ -1601,7 +1605,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     if (!r->strides && o->elems == n && o->whole) { /* the box is the chunk (a same-layout load) */
         if (n * elem > c->length || r->data_off < c->offset || r->data_off - c->offset > c->length - n * elem) return 0;
         uint64_t a = r->data_off, len = n * elem;
-        *s = (small_rd){x->ei, ci, a, len, x->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length};
+        *s = (small_rd){x->ei, ci, a, len, x->dst, !peer, peer ? a : c->offset, peer ? a + len : c->offset + c->length, 0, {NULL}};
         return 1;
     }
     sck_box ov, cbox;
@@ -1612,10 +1616,42 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     uint64_t a = r->data_off + l.first_src;
     if (l.n != 1 || a < c->offset || a > c->offset + c->length || l.first_len > c->offset + c->length - a) return 0;
     *s = (small_rd){x->ei, ci, a, l.first_len, (uint8_t *)x->dst + l.first_dst, !peer, peer ? a : c->offset,
-                    peer ? a + l.first_len : c->offset + c->length};
+                    peer ? a + l.first_len : c->offset + c->length, 0, {NULL}};
     return 1;
 }
 
+
+/* The other ranks' single runs of small item s this rank checks (hand-overs, load_handoff.h), to be read
+ * straight into their buffers with the item rather than copied out of the scratch after: all of them
+ * or none (then hand_over copies them), when they are few, inside the item and apart from ours and
+ * from each other. */
+static void place_hands(const sck_ckpt *ck, small_rd *s) {
+    s->nh = 0;
+    size_t n = 0, k = 0;
+    ck_hand *h = s->check && ck->nhands ? hands_of(ck, s->ei, s->ci, &n) : NULL;
+    for (size_t i = 0; i < n; i++) {
+        if (h[i].want || h[i].done) continue;
+        if (k == SMALL_HANDS || h[i].run < s->from || h[i].len > s->to - h[i].run || !h[i].len) return;
+        uint64_t a = h[i].run, b = a + h[i].len;
+        if (a < s->run + s->len && s->run < b) return; /* the same bytes as ours (a replicated box) */
+        for (size_t j = 0; j < k; j++)
+            if (a < s->hand[j]->run + s->hand[j]->len && s->hand[j]->run < b) return;
+        size_t j = k++;
+        for (; j > 0 && s->hand[j - 1]->run > a; j--) s->hand[j] = s->hand[j - 1]; /* by offset */
+        s->hand[j] = &h[i];
+    }
+    s->nh = (int)k;
+}
+
+/* Entry s's runs read into place, ours and the placed hand-overs', by file offset: returns how many. */
+static int placed_runs(const small_rd *s, uint64_t (*r)[2], uint8_t **d) {
+    int n = 0, ours = 0;
+    for (int h = 0; h <= s->nh; h++) {
+        if (!ours && (h == s->nh || s->run < s->hand[h]->run)) r[n][0] = s->run, r[n][1] = s->len, d[n++] = s->dst, ours = 1;
+        if (h < s->nh) r[n][0] = s->hand[h]->run, r[n][1] = s->hand[h]->len, d[n++] = s->hand[h]->dst;
+    }
+    return n;
+}
 
 /* Small items back to back in one file, read by one preadv: each run straight into its destination,
  * every other byte (headers, trailers, short gaps) into ck->scratch, then each item this rank checks
@@ -1627,18 +1663,22 @@ static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
     struct iovec iov[BATCH_IOV];
     int k = 0;
     uint8_t *sp = ck->scratch;
-    uint64_t pos = s[0].from;
+    uint64_t pos = s[0].from, r[1 + SMALL_HANDS][2];
+    uint8_t *d[1 + SMALL_HANDS];
     for (size_t i = 0; i < n; i++) {
-        uint64_t parts[4][2] = {{pos, s[i].from}, {s[i].from, s[i].run}, {s[i].run, s[i].run + s[i].len}, {s[i].run + s[i].len, s[i].to}};
-        for (int p = 0; p < 4; p++) {
-            size_t len = (size_t)(parts[p][1] - parts[p][0]);
-            if (!len) continue;
-            uint8_t *to = p == 2 ? s[i].dst : sp;
-            if (p != 2) sp += len;
-            if (k && (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == to) iov[k - 1].iov_len += len;
-            else iov[k++] = (struct iovec){to, len};
+        int nr = placed_runs(&s[i], r, d);
+        for (int q = 0; q <= nr; q++) { /* the bytes before each run (and after the last) into the scratch */
+            uint64_t end = q < nr ? r[q][0] : s[i].to;
+            uint8_t *to[2] = {sp, q < nr ? d[q] : NULL};
+            size_t len[2] = {(size_t)(end - pos), q < nr ? (size_t)r[q][1] : 0};
+            sp += len[0];
+            pos = end + len[1];
+            for (int x = 0; x < 2; x++) {
+                if (!len[x]) continue;
+                if (k && (uint8_t *)iov[k - 1].iov_base + iov[k - 1].iov_len == to[x]) iov[k - 1].iov_len += len[x];
+                else iov[k++] = (struct iovec){to[x], len[x]};
+            }
         }
-        pos = s[i].to;
     }
     int rc = preadv_full(ck, s[0].ei, s[0].ci, ck->files[c0->file].fd, iov, k, s[0].from);
     sp = ck->scratch;
@@ -1648,18 +1688,27 @@ static int read_small_batch(sck_ckpt *ck, const small_rd *s, size_t n) {
         sp += s[i].from - pos;
         pos = s[i].to;
         if (!s[i].check) continue; /* another rank checks it */
-        uint64_t head = s[i].run - c->offset, tail = c->offset + c->length - s[i].run - s[i].len;
-        uint32_t crc = sck_crc32c(0, sp, (size_t)head);
-        crc = sck_crc32c(crc, s[i].dst, (size_t)s[i].len);
-        crc = sck_crc32c(crc, sp + head, (size_t)tail);
-        const uint8_t *p[3] = {sp, s[i].dst, sp + head}; /* the item, in its three pieces */
-        const uint64_t at[4] = {c->offset, s[i].run, s[i].run + s[i].len, c->offset + c->length};
-        sp += head + tail;
-        if (crc != c->crc32c) rc = ckpt_crc_mismatch(ck, s[i].ei, s[i].ci, crc);
-        else {
-            ck->res[s[i].ei][s[i].ci].verified = 1;
-            rc = hand_over(ck, s[i].ei, s[i].ci, p, at);
+        int nr = placed_runs(&s[i], r, d);
+        const uint8_t *item = sp; /* its scratch bytes: head, between the runs, tail */
+        uint64_t at = c->offset;
+        uint32_t crc = 0;
+        for (int q = 0; q <= nr; q++) {
+            uint64_t end = q < nr ? r[q][0] : c->offset + c->length;
+            crc = sck_crc32c(crc, sp, (size_t)(end - at));
+            sp += end - at;
+            at = end;
+            if (q < nr) crc = sck_crc32c(crc, d[q], (size_t)r[q][1]), at += r[q][1];
         }
+        if (crc != c->crc32c) {
+            rc = ckpt_crc_mismatch(ck, s[i].ei, s[i].ci, crc);
+            break;
+        }
+        ck->res[s[i].ei][s[i].ci].verified = 1;
+        for (int h = 0; h < s[i].nh; h++) s[i].hand[h]->done = 1; /* in place already */
+        uint64_t head = s[i].run - c->offset;
+        const uint8_t *p[3] = {item, s[i].dst, item + head}; /* with no hand-over placed: the item in three pieces */
+        const uint64_t pat[4] = {c->offset, s[i].run, s[i].run + s[i].len, c->offset + c->length};
+        rc = hand_over(ck, s[i].ei, s[i].ci, p, pat);
     }
     return rc;
 }
@@ -1673,12 +1722,14 @@ static size_t small_batch(sck_ckpt *ck, const ck_want *w, const read_op *op, siz
     for (; j + n < m; n++) {
         const read_op *o = &op[j + n];
         if (j + n + CK_AHEAD < m) ckpt_prefetch_box(w[op[j + n + CK_AHEAD].k].box);
-        if ((n && o->file != op[j].file) || o->handed || iovs + 4 > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n])) break;
+        if ((n && o->file != op[j].file) || o->handed || iovs + 4 + 2 * SMALL_HANDS > BATCH_IOV || !small_batchable(ck, &w[o->k], o, &s[n]))
+            break;
+        place_hands(ck, &s[n]);
         if (n && (s[n].from < end || s[n].from - end > (s[n].check ? BATCH_GAP : PEER_GAP) || s[n].to - s[0].from > BATCH_BYTES)) break;
         uint64_t more = (n ? s[n].from - end : 0) + (s[n].to - s[n].from) - s[n].len;
         if (scratch + more > BATCH_SCRATCH) break;
         scratch += more;
-        iovs += 4;
+        iovs += 4 + 2 * s[n].nh;
         end = s[n].to;
     }
     return n;

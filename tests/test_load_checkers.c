@@ -620,6 +620,44 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
     teardown(&g);
 }
 
+/* With 6 ranks each of v's items (32 rows) is read by three ranks: its owner reads it whole with the
+ * other two ranks' rows going straight into their buffers in the same read (src/ckpt.c place_hands),
+ * one run before its own rows and one after, or both on one side; with 8 ranks, four readers, three
+ * hand-overs, more than are read in place, so the owner copies them after its check.  Every rank holds
+ * the right rows either way, and a flipped byte in any reader's rows fails every rank. */
+TEST(load_checks_small_item_hand_overs_read_in_place) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.with_v = 1;
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long vi = sck_ckpt_find(ck, "v");
+    REQUIRE(vi >= 0);
+    sck_chunk_info ci;
+    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)vi, 0, &ci));
+    uint64_t payload = ck->m.e[vi].chunks[0].payload, base = ci.offset + payload;
+    char file[64];
+    snprintf(file, sizeof file, "%s", ci.file); /* borrowed from ck */
+    sck_ckpt_close(ck);
+    REQUIRE(payload > 0 && ci.offsets[0] == 0);
+    for (int n = 6; n <= 8; n += 2) {
+        load_with(&g, n);
+        expect_all_ok(&g, n);
+        for (int row = 1; row < VR / 2; row += 10) { /* rows 1, 11, 21, 31: the first item's readers each */
+            REQUIRE(fx_flip(dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
+            load_with(&g, n);
+            for (int r = 0; r < n; r++) CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
+            REQUIRE(fx_flip(dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
+        }
+    }
+    load_with(&g, 6);
+    expect_all_ok(&g, 6);
+    teardown(&g);
+}
+
 /* A small item read on its own goes through a read window that also holds the items after it, but
  * the window stops at the next large item: here each file holds v's item (128 KiB) and then w's
  * (3.75 MiB), and loading just v on one rank reads v's two items and nothing of w's. */
