@@ -436,6 +436,22 @@ static void sort_merge(const uint8_t *a, size_t na, const uint8_t *b, size_t nb,
     if (b < be) memcpy(out, b, (size_t)(be - b));
 }
 
+/* Where v[0..n) is at most SORT_NAT_MAX ascending runs (a plan's reads in file order, rotated; one
+ * list per file): their starts in at[0..*k), at[*k] = n, and 1; else 0.  Merging those runs takes a
+ * pass for each doubling of their length, where blocks of SORT_RUN take log2(n / SORT_RUN) passes. */
+#define SORT_NAT_MAX 32
+static int natural_runs(const uint8_t *v, size_t n, size_t size, int (*cmp)(const void *, const void *), size_t *at, size_t *k) {
+    *k = 0;
+    at[(*k)++] = 0;
+    for (size_t i = 1; i < n; i++) {
+        if (cmp(v + (i - 1) * size, v + i * size) <= 0) continue;
+        if (*k == SORT_NAT_MAX) return 0;
+        at[(*k)++] = i;
+    }
+    at[*k] = n;
+    return 1;
+}
+
 void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *)) {
     uint8_t *v = base;
     size_t i = 1;
@@ -444,6 +460,25 @@ void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const 
     uint8_t *tmp = size <= SORT_ELEM_MAX && n <= SIZE_MAX / size ? sck_big_alloc(n * size) : NULL;
     if (!tmp) {
         qsort(base, n, size, cmp);
+        return;
+    }
+    size_t at[SORT_NAT_MAX + 1], nruns;
+    if (natural_runs(v, n, size, cmp, at, &nruns)) {
+        uint8_t *src = v, *dst = tmp;
+        while (nruns > 1) { /* adjacent runs merged pairwise, stable (ties take the earlier run) */
+            size_t nk = 0;
+            for (size_t r = 0; r < nruns; r += 2) {
+                size_t lo = at[r], mid = r + 1 < nruns ? at[r + 1] : at[nruns], hi = r + 1 < nruns ? at[r + 2] : at[nruns];
+                sort_merge(src + lo * size, mid - lo, src + mid * size, hi - mid, dst + lo * size, size, cmp);
+                at[nk++] = lo;
+            }
+            at[nk] = n;
+            nruns = nk;
+            uint8_t *x = src;
+            src = dst, dst = x;
+        }
+        if (src != v) memcpy(v, src, n * size);
+        sck_big_free(tmp);
         return;
     }
     uint8_t t[SORT_ELEM_MAX];

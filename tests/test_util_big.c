@@ -71,12 +71,17 @@ TEST(sort_orders_any_input_stably) {
         size_t n = lens[li];
         rec *v = malloc((n ? n : 1) * sizeof *v);
         REQUIRE(v != NULL);
-        for (int shape = 0; shape < 5; shape++) {
+        /* random, few keys, ascending, descending, nearly ascending; then a few ascending runs (sorted by
+         * merging the runs themselves): a rotation, five runs with equal keys across them (stability),
+         * and 33 runs (one more than that path takes) */
+        for (int shape = 0; shape < 8; shape++) {
             uint64_t sum = 0;
             for (size_t i = 0; i < n; i++) {
                 x ^= x << 13, x ^= x >> 7, x ^= x << 17;
                 uint32_t k = shape == 0 ? (uint32_t)x : shape == 1 ? (uint32_t)(x % 5) : shape == 2 ? (uint32_t)i
-                           : shape == 3 ? (uint32_t)(n - i) : (uint32_t)(i ^ (x % 4 == 0));
+                           : shape == 3 ? (uint32_t)(n - i) : shape == 4 ? (uint32_t)(i ^ (x % 4 == 0))
+                           : shape == 5 ? (uint32_t)((i + n / 3) % (n ? n : 1)) : shape == 6 ? (uint32_t)(i % (n / 5 + 1))
+                                                                                    : (uint32_t)(i % (n / 33 + 1));
                 memset(&v[i], 0, sizeof v[i]);
                 v[i].key = k, v[i].seq = (uint32_t)i;
                 sum += k;
