@@ -1265,14 +1265,27 @@ static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct 
 }
 
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
-static ck_hand *hands_of(const sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
-    size_t lo = 0, hi = ck->nhands;
+static int hand_before(const ck_hand *h, size_t ei, size_t ci) { return h->ei < ei || (h->ei == ei && h->ci < ci); }
+
+static ck_hand *hands_of(sck_ckpt *ck, size_t ei, size_t ci, size_t *n) {
+    size_t lo = 0, hi = ck->nhands, f = ck->hand_finger;
+    /* Items are read in file order, which within a file is item order, and each is asked for twice
+     * (its reads, then its hand-overs): searched on from the last one found (galloping), where a
+     * binary search of the whole list missed the cache at every step. */
+    if (f == 0 || (f <= hi && hand_before(&ck->hands[f - 1], ei, ci))) {
+        size_t step = 1;
+        lo = f;
+        while (lo + step <= hi && hand_before(&ck->hands[lo + step - 1], ei, ci)) lo += step, step *= 2;
+        if (lo + step - 1 < hi) hi = lo + step - 1;
+    } else {
+        hi = f; /* before the last one */
+    }
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
-        const ck_hand *h = &ck->hands[mid];
-        if (h->ei < ei || (h->ei == ei && h->ci < ci)) lo = mid + 1;
+        if (hand_before(&ck->hands[mid], ei, ci)) lo = mid + 1;
         else hi = mid;
     }
+    ck->hand_finger = lo;
     size_t k = lo;
     while (k < ck->nhands && ck->hands[k].ei == ei && ck->hands[k].ci == ci) k++;
     *n = k - lo;
@@ -1625,7 +1638,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
  * straight into their buffers with the item rather than copied out of the scratch after: all of them
  * or none (then hand_over copies them), when they are few, inside the item and apart from ours and
  * from each other. */
-static void place_hands(const sck_ckpt *ck, small_rd *s) {
+static void place_hands(sck_ckpt *ck, small_rd *s) {
     s->nh = 0;
     size_t n = 0, k = 0;
     ck_hand *h = s->check && ck->nhands ? hands_of(ck, s->ei, s->ci, &n) : NULL;

@@ -132,6 +132,7 @@ struct sck_ckpt {
     ck_hand *hands;                 /* by (ei, ci): other thread ranks' runs of items this rank checks,
                                      * copied into their buffers once checked (load_handoff.h); sck_big_alloc'ed */
     size_t nhands;
+    size_t hand_finger;             /* where hands_of found the last item's: the next search starts there */
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
                                      * against it (sck_ckpt_verify), rather than trusting them */
