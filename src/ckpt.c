@@ -58,7 +58,6 @@ void sck_ckpt_close(sck_ckpt *ck) {
     rc_free(&ck->rc);
     rp_free(ck->rp);
     ckpt_free_res(ck);
-    for (size_t i = 0; ck->peer_checks && i < ck->m.n; i++) free(ck->peer_checks[i]);
     free(ck->peer_checks);
     sck_big_free(ck->hands);
     for (size_t i = 0; i < ck->ncombs; i++) free(ck->combs[i].r);

@@ -116,7 +116,7 @@ struct sck_ckpt {
     size_t nspans;
     ck_span *bigs;                  /* the same for items over SMALL_ITEM only */
     size_t nbigs;
-    uint8_t **peer_checks;          /* per entry (NULL: none), per chunk: 1 if another rank of this load
+    uint8_t *peer_checks;           /* by item (m.item_base[ei] + ci): 1 if another rank of this load
                                      * checks the item (src/load_checks.h), so reads here copy only
                                      * their runs; NULL (the default): every item read is checked;
                                      * 2: checked by combining the readers' CRCs (combs below) */
@@ -140,7 +140,7 @@ struct sck_ckpt {
 
 /* ck->peer_checks for item (ei, ci): 0 (this rank checks it, or no table), 1 or 2. */
 static inline int ckpt_peer_mark(const sck_ckpt *ck, size_t ei, size_t ci) {
-    return ck->peer_checks && ck->peer_checks[ei] ? ck->peer_checks[ei][ci] : 0;
+    return ck->peer_checks ? ck->peer_checks[ck->m.item_base[ei] + ci] : 0;
 }
 
 /* Where ck_ov_begin starts on entry e: a same-layout load's rank r wants what rank r of as many saved. */

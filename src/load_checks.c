@@ -347,7 +347,7 @@ static int decode_list(const uint8_t *p, size_t n, size_t most, lc_dec **out, si
 static void mark_peers(sck_ckpt *ck, const lc_dec *const *lists, const size_t *counts, int nranks, int me, int bad) {
     const size_t *base = ck->m.item_base;
     const uint64_t *ext = ck->one_cache ? ck->m.file_end : NULL;
-    uint8_t **pc = calloc(ck->m.n ? ck->m.n : 1, sizeof *pc);
+    uint8_t *pc = calloc(base[ck->m.n] ? base[ck->m.n] : 1, 1); /* by item: one allocation, not one an entry */
     ck_comb *cbs = NULL;
     size_t ncb = 0, cbcap = 0, ei = 0;
     const lc_need **all = malloc((size_t)nranks * sizeof *all);
@@ -386,12 +386,7 @@ static void mark_peers(sck_ckpt *ck, const lc_dec *const *lists, const size_t *c
             if (po >= 0) owner = po;
         }
         if (ok && !(comb <= 0 && owner == me)) {
-            if (!pc[ei] && !(pc[ei] = calloc(ck->m.e[ei].nchunks, 1))) {
-                ok = 0;
-                if (comb > 0) free(cbs[ncb].r);
-                break;
-            }
-            pc[ei][ci] = (uint8_t)(comb > 0 ? 2 : 1);
+            pc[item] = (uint8_t)(comb > 0 ? 2 : 1);
             if (comb > 0) cbs[ncb].ei = ei, cbs[ncb].ci = ci, cbs[ncb++].item = item;
         }
     }
@@ -400,7 +395,6 @@ static void mark_peers(sck_ckpt *ck, const lc_dec *const *lists, const size_t *c
     free(at);
     free(cur);
     if (!ok) {
-        for (size_t i = 0; pc && i < ck->m.n; i++) free(pc[i]);
         for (size_t i = 0; i < ncb; i++) free(cbs[i].r);
         free(pc);
         free(cbs);
