@@ -1643,7 +1643,7 @@ static void place_hands(sck_ckpt *ck, small_rd *s) {
     ck_hand *h = s->check && ck->nhands ? hands_of(ck, s->ei, s->ci, &n) : NULL;
     for (size_t i = 0; i < n; i++) {
         if (h[i].want || h[i].done) continue;
-        if (k == SMALL_HANDS || h[i].run < s->from || h[i].len > s->to - h[i].run || !h[i].len) return;
+        if (k == SMALL_HANDS || h[i].run < s->from || h[i].run > s->to || h[i].len > s->to - h[i].run || !h[i].len) return;
         uint64_t a = h[i].run, b = a + h[i].len;
         if (a < s->run + s->len && s->run < b) return; /* the same bytes as ours (a replicated box) */
         for (size_t j = 0; j < k; j++)

@@ -454,7 +454,7 @@ static int share_decoded(sck_comm *comm, const uint8_t *wire, size_t wlen, size_
     if (!local) {
         int rc = decode_list(wire, wlen, nrec, mine, &v.n);
         v.d = *mine;
-        if (rc) local = sck_err(rc, "out of memory sharing out checksum checks");
+        if (rc) local = sck_err(rc, rc == SCK_ERR_NOMEM ? "out of memory sharing out checksum checks" : "this rank's list of checksum needs is malformed");
     }
     size_t *cnt = calloc((size_t)comm->size, sizeof *cnt);
     const lc_dec **l = calloc((size_t)comm->size, sizeof *l);
