@@ -568,6 +568,21 @@ TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
     teardown(&g);
 }
 
+/* The file (file[64]) and file offset (*at) of the payload of v's first item (its rows 0..31). */
+static int v_first_payload(const char *dir, char *file, uint64_t *at) {
+    sck_ckpt *ck;
+    if (sck_ckpt_open(dir, &ck)) return -1;
+    long vi = sck_ckpt_find(ck, "v");
+    sck_chunk_info ci;
+    int rc = vi >= 0 && !sck_ckpt_chunk(ck, (size_t)vi, 0, &ci) && ci.offsets[0] == 0 && ck->m.e[vi].chunks[0].payload > 0 ? 0 : -1;
+    if (!rc) {
+        *at = ci.offset + ck->m.e[vi].chunks[0].payload;
+        snprintf(file, 64, "%s", ci.file); /* borrowed from ck */
+    }
+    sck_ckpt_close(ck);
+    return rc;
+}
+
 /* Small items (v's 128 KiB row blocks) are not combined: each one's owner reads it whole and checks
  * it.  Thread ranks share one page cache, so a small item's owner is the rank whose part of the files
  * holds it (load_checks.c's part_owner): v's first item, at the start of file 0, goes to rank 0; its
@@ -602,17 +617,10 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
     if (g.rchar[2] != want2) fprintf(stderr, "  rank 2 read %llu bytes, not %llu\n", (unsigned long long)g.rchar[2], (unsigned long long)want2);
     CHECK(g.rchar[1] >= (uint64_t)(VR / 2) * ROW); /* the owner of v's second item read all of it */
     /* A flipped byte in rank 1's rows of v's first item is still caught, by that item's owner. */
-    sck_ckpt *ck;
-    REQUIRE_OK(sck_ckpt_open(dir, &ck));
-    long vi = sck_ckpt_find(ck, "v");
-    REQUIRE(vi >= 0);
-    sck_chunk_info ci;
-    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)vi, 0, &ci));
-    uint64_t payload = ck->m.e[vi].chunks[0].payload, at = ci.offset + payload + 25 * ROW;
     char file[64];
-    snprintf(file, sizeof file, "%s", ci.file); /* borrowed from ck */
-    sck_ckpt_close(ck);
-    REQUIRE(payload > 0 && ci.offsets[0] == 0);
+    uint64_t at;
+    REQUIRE(v_first_payload(dir, file, &at) == 0);
+    at += 25 * ROW;
     REQUIRE(fx_flip(dir, file, at, 0x01) == 0);
     load_with(&g, 3);
     for (int r = 0; r < 3; r++) CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
@@ -632,17 +640,9 @@ TEST(load_checks_small_item_hand_overs_read_in_place) {
     layout L;
     REQUIRE(setup(&g, dir, &L) == 0);
     g.with_v = 1;
-    sck_ckpt *ck;
-    REQUIRE_OK(sck_ckpt_open(dir, &ck));
-    long vi = sck_ckpt_find(ck, "v");
-    REQUIRE(vi >= 0);
-    sck_chunk_info ci;
-    REQUIRE_OK(sck_ckpt_chunk(ck, (size_t)vi, 0, &ci));
-    uint64_t payload = ck->m.e[vi].chunks[0].payload, base = ci.offset + payload;
     char file[64];
-    snprintf(file, sizeof file, "%s", ci.file); /* borrowed from ck */
-    sck_ckpt_close(ck);
-    REQUIRE(payload > 0 && ci.offsets[0] == 0);
+    uint64_t base;
+    REQUIRE(v_first_payload(dir, file, &base) == 0);
     for (int n = 6; n <= 8; n += 2) {
         load_with(&g, n);
         expect_all_ok(&g, n);
