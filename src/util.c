@@ -436,14 +436,17 @@ static void sort_merge(const uint8_t *a, size_t na, const uint8_t *b, size_t nb,
     if (b < be) memcpy(out, b, (size_t)(be - b));
 }
 
-/* Where v[0..n) is at most SORT_NAT_MAX ascending runs (a plan's reads in file order, rotated; one
- * list per file): their starts in at[0..*k), at[*k] = n, and 1; else 0.  Merging those runs takes a
- * pass for each doubling of their length, where blocks of SORT_RUN take log2(n / SORT_RUN) passes. */
+/* Where v[0..n), whose first ascending run ends at `first`, is at most SORT_NAT_MAX ascending runs (a
+ * plan's reads in file order, rotated; one list per file): their starts in at[0..*k), at[*k] = n, and
+ * 1; else 0.  Merging those runs takes a pass for each doubling of their length, where blocks of
+ * SORT_RUN take log2(n / SORT_RUN) passes. */
 #define SORT_NAT_MAX 32
-static int natural_runs(const uint8_t *v, size_t n, size_t size, int (*cmp)(const void *, const void *), size_t *at, size_t *k) {
+static int natural_runs(const uint8_t *v, size_t n, size_t first, size_t size, int (*cmp)(const void *, const void *), size_t *at,
+                        size_t *k) {
     *k = 0;
     at[(*k)++] = 0;
-    for (size_t i = 1; i < n; i++) {
+    at[(*k)++] = first;
+    for (size_t i = first + 1; i < n; i++) {
         if (cmp(v + (i - 1) * size, v + i * size) <= 0) continue;
         if (*k == SORT_NAT_MAX) return 0;
         at[(*k)++] = i;
@@ -463,7 +466,7 @@ void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const 
         return;
     }
     size_t at[SORT_NAT_MAX + 1], nruns;
-    if (natural_runs(v, n, size, cmp, at, &nruns)) {
+    if (natural_runs(v, n, i, size, cmp, at, &nruns)) { /* v[0..i) is the first run (above) */
         uint8_t *src = v, *dst = tmp;
         while (nruns > 1) { /* adjacent runs merged pairwise, stable (ties take the earlier run) */
             size_t nk = 0;
