@@ -35,6 +35,10 @@
 #define PEER_GAP (16u << 10)         /* the same before a run of an item another rank checks (thread ranks) */
 
 static void ckpt_free_res(sck_ckpt *ck) {
+    for (int i = 0; i < 3; i++) {
+        free(ck->runbuf[i].r);
+        ck->runbuf[i] = (ck_runbuf){NULL, 0};
+    }
     free(ck->res);
     ck->res = NULL;
     free(ck->strides);
@@ -632,6 +636,8 @@ typedef struct span_it {
     item_rd *ird;
     uint64_t pos, end;
     int piped;
+    int scatter;            /* piped with rp_start_scatter: the runs' bytes are read into place */
+    uint32_t crc;           /* scatter: the CRC-32C of the slice span_next gave last */
 } span_it;
 
 /* Helper threads for this reader's pipe: two keep a lone stream's disk busy between slices; where more
@@ -640,22 +646,28 @@ typedef struct span_it {
  * with one, 8 ranks 0.71-0.74 -> 0.79-0.80 (1 rank: 0.86-0.96 with two, 0.82-0.83 with one). */
 static int pipe_helpers(const sck_ckpt *ck) { return ck->one_cache && ck->nranks > 2 ? 1 : RP_HELPERS; }
 
-static void span_begin(span_it *it, item_rd *ird, uint64_t from, uint64_t to) {
+/* With runs (rp_start_scatter's), a piped span reads the runs' bytes into place (it->scatter). */
+static void span_begin_runs(span_it *it, item_rd *ird, uint64_t from, uint64_t to, const uint64_t (*runs)[3], size_t n,
+                            uint64_t src_base, uint8_t *dst_base, int crc) {
     sck_ckpt *ck = ird->ck;
     it->ird = ird;
     it->pos = from;
     it->end = to;
-    it->piped = 0;
+    it->piped = it->scatter = 0;
     if (to - from < PIPE_MIN || ck->rp_failed) return;
     if (!ck->rp && rp_new(&ck->rp, pipe_helpers(ck)) != SCK_OK) {
         ck->rp_failed = 1; /* no thread: the windows do the job, without the overlap */
         return;
     }
-    it->piped = rp_start(ck->rp, stream_fd(ck, ird->c->file), -1, from, to - from, NULL, ird->what) == SCK_OK;
+    int fd = stream_fd(ck, ird->c->file);
+    if (runs) it->piped = it->scatter = rp_start_scatter(ck->rp, fd, from, to - from, runs, n, src_base, dst_base, crc, ird->what) == SCK_OK;
+    else it->piped = rp_start(ck->rp, fd, -1, from, to - from, NULL, ird->what) == SCK_OK;
 }
 
+static void span_begin(span_it *it, item_rd *ird, uint64_t from, uint64_t to) { span_begin_runs(it, ird, from, to, NULL, 0, 0, NULL, 0); }
+
 static int span_next(span_it *it, const uint8_t **p, uint64_t *n) {
-    if (it->piped) return rp_next(it->ird->ck->rp, p, n);
+    if (it->piped) return rp_next_crc(it->ird->ck->rp, p, n, &it->crc);
     *p = NULL;
     *n = 0;
     if (it->pos >= it->end) return SCK_OK;
@@ -805,21 +817,50 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
 
 /* The runs of one overlap, kept for checking and copying in a single pass over the item. */
 typedef struct run_list {
-    uint64_t (*r)[3];       /* src offset, dst offset, bytes */
+    uint64_t (*r)[3];       /* src offset, dst offset, bytes: runs [from, n) (NULL: only counted) */
     size_t n, cap;
-    int ordered;            /* src offsets ascend without overlap */
+    int ordered;            /* src offsets ascend without overlap (known for runs stored) */
     uint64_t first_src, first_dst, first_len;
     int abs;                /* the dst offsets are addresses (runs into several ranks' buffers: merge_hands) */
+    ck_runbuf *buf;         /* r grows in it, up to MAX_RUNS runs (past that they are only counted: n > cap) */
+    size_t from;            /* where this list begins in r (lists appended one after another) */
+    size_t stop;            /* the walk stops once this many are found (0: never): "one run or more?" */
 } run_list;
+
+/* A list collected into b (runs appended from b's index `from`). */
+static run_list run_list_in(ck_runbuf *b, size_t from) {
+    run_list l = {b->r, from, b->cap, 1, 0, 0, 0, 0, b, from, 0};
+    return l;
+}
+
+/* A walk that only finds the first run and whether there are more. */
+static run_list run_list_first(void) {
+    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0, NULL, 0, 2};
+    return l;
+}
+
+static int runbuf_grow(ck_runbuf *b, size_t need) {
+    size_t c = b->cap ? b->cap : 256;
+    while (c < need) c *= 2;
+    void *p = realloc(b->r, c * sizeof *b->r);
+    if (!p) return 0;
+    b->r = p;
+    b->cap = c;
+    return 1;
+}
 
 static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
     run_list *l = vctx;
-    if (l->n == 0) {
+    if (l->n == l->from) {
         l->first_src = s;
         l->first_dst = d;
         l->first_len = n;
-    } else if (l->r && s < l->r[l->n - 1][0] + l->r[l->n - 1][2]) {
+    } else if (l->r && l->n <= l->cap && s < l->r[l->n - 1][0] + l->r[l->n - 1][2]) {
         l->ordered = 0;
+    }
+    if (l->buf && l->n == l->cap && l->n - l->from < MAX_RUNS && runbuf_grow(l->buf, l->n + 1)) {
+        l->r = l->buf->r;
+        l->cap = l->buf->cap;
     }
     if (l->r && l->n < l->cap) {
         l->r[l->n][0] = s;
@@ -827,13 +868,15 @@ static int collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n) {
         l->r[l->n][2] = n;
     }
     l->n++;
-    return 0;
+    return l->stop && l->n - l->from >= l->stop;
 }
 
-/* Reads the whole item once, window by window: each window is checksummed and the parts of the runs
- * it holds are copied out.  The item is read once, not once to check and again to copy.  Without
- * `check` (another rank checks the item), only the bytes from the first run to the end of the last
- * are streamed, and not checksummed. */
+/* Reads the whole item once, slice by slice: each is checksummed and the parts of the runs it holds
+ * land in their destinations.  The item is read once, not once to check and again to copy.  Piped
+ * (items of PIPE_MIN or more), the runs are read straight into place and the pipe's helper checksums
+ * each slice as it reads it; else the runs are copied out of the windows.  Without `check` (another
+ * rank checks the item), only the bytes from the first run to the end of the last are streamed, and
+ * not checksummed. */
 static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l, int check) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
     item_rd *ird = rx->ird;
@@ -846,9 +889,9 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
     }
     uint32_t crc = 0;
     size_t k = 0;
-    uint64_t done = 0; /* bytes of run k already copied */
+    uint64_t done = 0; /* bytes of run k already in place */
     span_it it;
-    span_begin(&it, ird, pos, to);
+    span_begin_runs(&it, ird, pos, to, l->r, l->n, rx->base, l->abs ? NULL : rx->dst, check);
     for (;;) {
         const uint8_t *p;
         uint64_t len;
@@ -858,7 +901,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
             return rc;
         }
         if (!len) break;
-        if (check) crc = sck_crc32c(crc, p, (size_t)len);
+        if (check) crc = it.scatter ? sck_crc32c_combine(crc, it.crc, len) : sck_crc32c(crc, p, (size_t)len);
         while (k < l->n) {
             uint64_t a = rx->base + l->r[k][0] + done, left = l->r[k][2] - done;
             if (a < pos) { /* only a view reaching before its own item gets here */
@@ -868,7 +911,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
             if (a >= pos + len) break;
             uint64_t take = pos + len - a < left ? pos + len - a : left;
             uint8_t *d = l->abs ? (uint8_t *)(uintptr_t)l->r[k][1] : rx->dst + l->r[k][1];
-            memcpy(d + done, p + (a - pos), take);
+            if (!it.scatter) memcpy(d + done, p + (a - pos), take);
             done += take;
             if (done < l->r[k][2]) break;
             if (rx->swap) swap_elems(d, l->r[k][2], rx->elem);
@@ -1030,7 +1073,7 @@ static void queue_next(sck_ckpt *ck, const uint8_t *d, uint64_t len) {
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, &cbox, r, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    run_list l = run_list_first();
     box_runs(&cbox, strides, x->box, &ov, sck_dtype_size((sck_dtype)e->dtype), collect_run, &l);
     if (!piped_run(check, r, &l)) return;
     uint8_t *nd = (uint8_t *)x->dst + l.first_dst;
@@ -1057,10 +1100,9 @@ static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint
  * read ahead as the checked pass is, rather than run by run through the windows.  nruns: how many
  * runs the overlap has (read_overlap counted them). */
 static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov,
-                             const int64_t *strides, run_ctx *rx, size_t nruns) {
+                             const int64_t *strides, run_ctx *rx, const run_list *l) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
-    run_list l = {NULL, nruns, 0, 1, 0, 0, 0, 0};
-    if (c->length <= SMALL_ITEM && l.n <= FEW_RUNS) {
+    if (c->length <= SMALL_ITEM && l->n <= FEW_RUNS) {
         /* A part of a small item (a row block of a reshard): a window would bring in the whole item
          * and its neighbours, which the item's owner reads already. */
         rx->no_window = 1;
@@ -1068,18 +1110,8 @@ static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *
         rx->no_window = 0;
         return rc;
     }
-    if (l.n > 1 && l.n <= MAX_RUNS && box_numel(ov) * rx->elem / l.n < DIRECT_RUN) {
-        l.cap = l.n;
-        l.n = 0;
-        l.ordered = 1;
-        if ((l.r = malloc(l.cap * sizeof *l.r))) { /* else run by run: slower, not wrong */
-            box_runs(cbox, strides, want, ov, rx->elem, collect_run, &l);
-            int ordered = l.ordered, rc = ordered ? check_and_copy(ck, ei, ci, rx, &l, 0) : SCK_OK;
-            free(l.r);
-            if (ordered) return rc;
-        }
-    }
-    return box_runs(cbox, strides, want, ov, rx->elem, copy_run, rx);
+    if (l->n > 1 && l->n <= l->cap && l->ordered && box_numel(ov) * rx->elem / l->n < DIRECT_RUN) return check_and_copy(ck, ei, ci, rx, l, 0);
+    return box_runs(cbox, strides, want, ov, rx->elem, copy_run, rx); /* else run by run */
 }
 
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci) {
@@ -1246,21 +1278,14 @@ static int choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int lo
 /* preadv until all of iov is read (advancing it), or an error or the end of the file; an error names
  * the item chunk ci of entry ei (formatted only then). */
 static int preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct iovec *iov, int n, uint64_t off) {
-    while (n > 0) {
-        ssize_t got = preadv(fd, iov, n, (off_t)off);
-        if (got < 0 && errno == EINTR) continue;
-        if (got <= 0) {
-            int err = errno;
-            char what[4600];
-            item_what(ck, &ck->m.e[ei], &ck->m.e[ei].chunks[ci], what, sizeof what);
-            if (got < 0) return sck_err_errno(SCK_ERR_IO, err, "%s: read at offset %llu failed", what, (unsigned long long)off);
-            return sck_err(SCK_ERR_FORMAT, "%s: truncated at offset %llu", what, (unsigned long long)off);
-        }
-        off += (uint64_t)got;
-        while (n > 0 && (size_t)got >= iov->iov_len) got -= (ssize_t)iov->iov_len, iov++, n--;
-        if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + got, iov->iov_len -= (size_t)got;
+    int rc = sck_preadv_full(fd, iov, n, off, ""); /* the item is named only on error: batches of small items call this often */
+    if (rc) {
+        char what[4600], msg[5700];
+        item_what(ck, &ck->m.e[ei], &ck->m.e[ei].chunks[ci], what, sizeof what);
+        snprintf(msg, sizeof msg, "%s%s", what, sck_last_error());
+        sck_err_set_raw(msg);
     }
-    return SCK_OK;
+    return rc;
 }
 
 /* This rank's hand-overs of item (ei, ci): *n of them from the returned one (ck->hands is sorted). */
@@ -1317,6 +1342,34 @@ static void hands_done(sck_ckpt *ck, size_t ei, size_t ci) {
         if (h[i].want) h[i].done = 1;
 }
 
+/* A min-heap of run lists by their next run's file offset (ls[q].r[at[q]][0]), for merging them in
+ * O(log k) a run: the column splits of k ranks interleave run by run. */
+static uint64_t heap_key(const run_list *ls, const size_t *at, size_t q) { return ls[q].r[at[q]][0]; }
+
+static void heap_down(size_t *h, size_t n, const run_list *ls, const size_t *at) {
+    for (size_t i = 0;;) {
+        size_t c = 2 * i + 1;
+        if (c >= n) return;
+        if (c + 1 < n && heap_key(ls, at, h[c + 1]) < heap_key(ls, at, h[c])) c++;
+        if (heap_key(ls, at, h[i]) <= heap_key(ls, at, h[c])) return;
+        size_t t = h[i];
+        h[i] = h[c];
+        h[c] = t;
+        i = c;
+    }
+}
+
+static void heap_push(size_t *h, size_t *n, const run_list *ls, const size_t *at, size_t q) {
+    size_t i = (*n)++;
+    h[i] = q;
+    while (i && heap_key(ls, at, h[(i - 1) / 2]) > heap_key(ls, at, h[i])) {
+        size_t t = h[i];
+        h[i] = h[(i - 1) / 2];
+        h[(i - 1) / 2] = t;
+        i = (i - 1) / 2;
+    }
+}
+
 /* This rank's runs l of item (ei, ci) (in order) and those of the other ranks' overlaps it hands over
  * (ck_hand with `want`), merged by file offset into *out with addresses for destinations, so that one
  * pass over the item copies them all.  1 if merged (caller frees out->r); 0 if there is nothing to
@@ -1330,49 +1383,45 @@ static int merge_hands(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, 
     if (!nb) return 0;
     run_list *ls = calloc(nb + 1, sizeof *ls);
     uint8_t **base = calloc(nb + 1, sizeof *base);
-    size_t *at = calloc(nb + 1, sizeof *at), total = l->n, k = 1;
-    int ok = ls && base && at;
+    size_t *at = calloc(nb + 1, sizeof *at), *heap = calloc(nb + 1, sizeof *heap), total = l->n, k = 1, nheap = 0;
+    int ok = ls && base && at && heap;
     if (ok) ls[0] = *l, base[0] = rx->dst;
+    run_list x = run_list_in(&ck->runbuf[1], 0); /* the hand-overs' lists, one after another */
     for (size_t i = 0; ok && i < nh; i++) {
         if (!h[i].want || h[i].done) continue;
         sck_box cb, ov;
         ck_chunk_intersect(&ck->m.e[ei], ci, h[i].want, &cb, &ov);
-        run_list *x = &ls[k];
-        *x = (run_list){NULL, 0, 0, 1, 0, 0, 0, 0};
-        box_runs(cbox, strides, h[i].want, &ov, rx->elem, collect_run, x); /* counts */
-        total += x->n;
-        ok = total <= MAX_RUNS && (x->r = malloc((x->n ? x->n : 1) * sizeof *x->r));
-        if (!ok) break;
-        x->cap = x->n;
-        x->n = 0;
-        box_runs(cbox, strides, h[i].want, &ov, rx->elem, collect_run, x);
-        ok = x->ordered && x->n == x->cap;
+        x.from = x.n;
+        box_runs(cbox, strides, h[i].want, &ov, rx->elem, collect_run, &x);
+        total += x.n - x.from;
+        ok = x.ordered && x.n <= x.cap && total <= MAX_RUNS;
+        ls[k].n = x.n - x.from;
+        at[k] = x.from; /* made relative once the buffer has stopped moving */
         base[k++] = h[i].dst;
     }
-    if (ok) ok = (out->r = malloc((total ? total : 1) * sizeof *out->r)) != NULL;
-    uint64_t end = 0;
-    for (size_t m = 0; ok && m < total; m++) { /* the next run in file order among the lists' heads */
-        size_t b = SIZE_MAX;
-        for (size_t q = 0; q < k; q++)
-            if (at[q] < ls[q].n && (b == SIZE_MAX || ls[q].r[at[q]][0] < ls[b].r[at[b]][0])) b = q;
+    for (size_t q = 1; ok && q < k; q++) ls[q].r = x.r + at[q], at[q] = 0;
+    ok = ok && (total <= ck->runbuf[2].cap || runbuf_grow(&ck->runbuf[2], total));
+    for (size_t q = 0; ok && q < k; q++)
+        if (ls[q].n) heap_push(heap, &nheap, ls, at, q);
+    uint64_t (*o)[3] = ck->runbuf[2].r, end = 0;
+    for (size_t m = 0; ok && m < total; m++) { /* the next run in file order: the heap's top list's head */
+        size_t b = heap[0];
         const uint64_t *run = ls[b].r[at[b]++];
         if (m && run[0] < end) ok = 0; /* two ranks want the same bytes: each run is copied on its own */
         end = run[0] + run[2];
-        out->r[m][0] = run[0];
-        out->r[m][1] = (uint64_t)(uintptr_t)(base[b] + run[1]);
-        out->r[m][2] = run[2];
+        o[m][0] = run[0];
+        o[m][1] = (uint64_t)(uintptr_t)(base[b] + run[1]);
+        o[m][2] = run[2];
+        if (at[b] == ls[b].n) heap[0] = heap[--nheap];
+        heap_down(heap, nheap, ls, at);
     }
-    for (size_t q = 1; ls && q < k; q++) free(ls[q].r);
+    free(heap);
     free(ls);
     free(base);
     free(at);
-    if (!ok) {
-        free(out->r);
-        out->r = NULL;
-        return 0;
-    }
-    out->n = out->cap = total;
-    out->ordered = 1;
+    if (!ok) return 0;
+    *out = run_list_in(&ck->runbuf[2], 0);
+    out->n = total;
     out->abs = 1;
     return 1;
 }
@@ -1427,7 +1476,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     int check = checked_here(ck, c, r, peer), ahead = c->length > SMALL_ITEM;
     int64_t sb[SCK_MAX_DIMS];
     const int64_t *strides = res_strides(ck, cbox, r, sb);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    run_list l = run_list_in(&ck->runbuf[0], 0);
     box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
     int piped = piped_run(check, r, &l), pending = 0;
     /* The check left pending ends before anything else here writes into a destination; a piped read
@@ -1452,7 +1501,7 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
     if (ahead && !piped && !pass) prefetch_next(ck, c);
     if (!check) {
         rc = cb     ? read_combined(ck, cb, cbox, want, ov, strides, &rx)
-             : peer ? copy_peer_checked(ck, ei, ci, cbox, want, ov, strides, &rx, l.n)
+             : peer ? copy_peer_checked(ck, ei, ci, cbox, want, ov, strides, &rx, &l)
                     : box_runs(cbox, strides, want, ov, rx.elem, copy_run, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
@@ -1476,24 +1525,13 @@ static int read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox,
         r->verified = !rc;
         return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
     }
-    if (l.n <= MAX_RUNS) {
-        l.cap = l.n;
-        l.n = 0;
-        l.ordered = 1;
-        l.r = malloc((l.cap ? l.cap : 1) * sizeof *l.r);
-        if (!l.r) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu runs", what, l.cap);
-        box_runs(cbox, strides, want, ov, rx.elem, collect_run, &l);
-        if (l.ordered) {
-            run_list all = {NULL, 0, 0, 1, 0, 0, 0, 1};
-            int merged = merge_hands(ck, ei, ci, cbox, strides, &rx, &l, &all);
-            rc = check_and_copy(ck, ei, ci, &rx, merged ? &all : &l, 1);
-            free(l.r);
-            free(all.r);
-            if (merged && !rc) hands_done(ck, ei, ci);
-            r->verified = !rc;
-            return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
-        }
-        free(l.r);
+    if (l.n <= l.cap && l.ordered) {
+        run_list all;
+        int merged = merge_hands(ck, ei, ci, cbox, strides, &rx, &l, &all);
+        rc = check_and_copy(ck, ei, ci, &rx, merged ? &all : &l, 1);
+        if (merged && !rc) hands_done(ck, ei, ci);
+        r->verified = !rc;
+        return rc ? rc : hand_over(ck, ei, ci, NULL, NULL);
     }
     if ((rc = ckpt_check_item(ck, ei, ci, NULL, 0, 0))) return rc;
     r->verified = 1;
@@ -1519,7 +1557,7 @@ static void own_runs(const sck_ckpt *ck, const ck_entry *e, size_t ci, const ck_
     sck_box cbox;
     ck_chunk_box(e, ci, &cbox);
     size_t elem = sck_dtype_size((sck_dtype)e->dtype);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    run_list l = run_list_first();
     if (box_single_run(&cbox, want, ov, elem, &l.first_src, &l.first_dst, &l.first_len)) { /* rows, flat slices */
         l.n = 1;
     } else {
@@ -1622,7 +1660,7 @@ static int small_batchable(sck_ckpt *ck, const ck_want *x, const read_op *o, sma
     }
     sck_box ov, cbox;
     ck_chunk_intersect(e, ci, x->box, &cbox, &ov);
-    run_list l = {NULL, 0, 0, 1, 0, 0, 0, 0};
+    run_list l = run_list_first();
     int64_t sb[SCK_MAX_DIMS];
     box_runs(&cbox, res_strides(ck, &cbox, r, sb), x->box, &ov, elem, collect_run, &l);
     uint64_t a = r->data_off + l.first_src;

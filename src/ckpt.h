@@ -27,6 +27,14 @@ typedef struct ck_res {
 /* The end of a piped item's check, left for when the next item's read is under way (ckpt.c's
  * read_run_checked): the CRC-32C of the item so far, its last slice (in the caller's buffer) and the
  * CRC-32C of the bytes after it. */
+/* A growing array of runs {src offset, dst offset or address, bytes}: the runs of an item are
+ * collected per item, and a fresh malloc of each list faulted its pages in and its free handed them
+ * back (a TLB flush each, a fifth of a column load's CPU at 8 ranks). */
+typedef struct ck_runbuf {
+    uint64_t (*r)[3];
+    size_t cap;
+} ck_runbuf;
+
 typedef struct ck_pending {
     int on;
     size_t ei, ci;
@@ -104,6 +112,7 @@ struct sck_ckpt {
                                      * (decided per item from `io`, see ckpt.c's choose_direct) */
     rcache rc;                      /* windows for headers, small items and short runs */
     uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy, sck_big_alloc'ed */
+    ck_runbuf runbuf[3];            /* run lists kept from item to item (ckpt.c's read_overlap, merge_hands) */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_pending pend;                /* the last check of a piped item, done while the next one is read */

@@ -1,11 +1,15 @@
 /* rpipe.c - a file range read ahead on a helper thread (see rpipe.h). */
 #include "rpipe.h"
 
+#include "crc32c.h"
+
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <sys/mman.h>
+#include <sys/uio.h>
 
 /* O_DIRECT slices into the caller's buffer are larger: they cost no memory, and O_DIRECT has no
  * read-ahead behind it, so one large read at a time keeps the disk busier.  Buffered slices stay
@@ -26,6 +30,12 @@ typedef struct rp_range {
     uint64_t off, len, nslices;
     uint64_t sl;                /* slice size of this range */
     uint8_t *dst;
+    const uint64_t (*runs)[3];  /* rp_start_scatter's runs (else NULL), file offsets less rbase, addresses less dbase */
+    size_t nruns;
+    uint64_t rbase;
+    uint8_t *dbase;
+    int crc;                    /* scatter: each slice's CRC-32C is taken (into scrc) */
+    uint32_t scrc[2];           /* slice i's CRC at i % 2 (at most two slices past the one handed out) */
     uint64_t claimed;           /* slices a helper has taken */
     uint64_t produced;          /* slices read, all of them from the first on */
     uint64_t done_after;        /* bit k: slice produced + 1 + k is read too (out of order) */
@@ -67,6 +77,51 @@ static int read_span(const rp_range *g, uint8_t *t, uint64_t start, uint64_t len
     return rc;
 }
 
+#define RP_IOV (IOV_MAX < 1024 ? IOV_MAX : 1024) /* iovecs per preadv */
+#define RP_GAP (64u << 10)                           /* a helper's buffer for the bytes between a scatter range's runs */
+
+/* Reads [start, +len) of a scatter range: the bytes of runs straight into place, those between runs
+ * into `gap` (bytes nobody keeps), RP_IOV pieces a call; with g->crc, *crc is the CRC-32C of the
+ * slice, taken batch by batch right after each read, while the bytes are in the cache. */
+static int read_scatter(const rp_range *g, uint8_t *gap, uint64_t start, uint64_t len, uint32_t *crc) {
+    size_t lo = 0, hi = g->nruns; /* the first run that ends after start */
+    while (lo < hi) {
+        size_t m = lo + (hi - lo) / 2;
+        if (g->rbase + g->runs[m][0] + g->runs[m][2] <= start) lo = m + 1;
+        else hi = m;
+    }
+    struct iovec iov[RP_IOV], rd[RP_IOV];
+    uint64_t end = start + len, pos = start, at = start, used = 0; /* used: of gap, by this batch */
+    int n = 0;
+    *crc = 0;
+    for (size_t k = lo; pos < end;) {
+        uint64_t rs = k < g->nruns ? g->rbase + g->runs[k][0] : end, re = k < g->nruns ? rs + g->runs[k][2] : end, e;
+        uint8_t *b;
+        if (rs <= pos) { /* in run k (which may have begun in the slice before) */
+            b = g->dbase + g->runs[k][1] + (pos - rs);
+            e = re < end ? re : end;
+            if (e == re) k++;
+        } else { /* up to the next run, as much as the gap buffer has left */
+            e = rs < end ? rs : end;
+            if (e - pos > RP_GAP - used) e = pos + (RP_GAP - used);
+            b = gap + used;
+            used += e - pos;
+        }
+        iov[n++] = (struct iovec){b, (size_t)(e - pos)};
+        pos = e;
+        if (n == RP_IOV || used == RP_GAP || pos == end) {
+            memcpy(rd, iov, (size_t)n * sizeof *rd); /* the read advances rd; the CRC wants the pieces as they were */
+            int rc = sck_preadv_full(g->fd, rd, n, at, g->what);
+            if (rc) return rc;
+            for (int i = 0; g->crc && i < n; i++) *crc = sck_crc32c(*crc, iov[i].iov_base, iov[i].iov_len);
+            at = pos;
+            n = 0;
+            used = 0;
+        }
+    }
+    return SCK_OK;
+}
+
 static uint8_t *slice_target(const rpipe *p, const rp_range *g, uint64_t i, uint64_t start) {
     return g->dst ? g->dst + (start - g->off) : p->buf[i % 2];
 }
@@ -93,6 +148,7 @@ static int claimable(const rp_range *g) {
 
 static void *helper_main(void *arg) {
     rpipe *p = arg;
+    uint8_t *gap = NULL; /* read_scatter's, from the helper's first scatter range on */
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->quit) break;
@@ -102,15 +158,19 @@ static void *helper_main(void *arg) {
             uint64_t i = g->claimed++, start, len;
             g->inflight++;
             slice(g, i, &start, &len);
-            uint8_t *t = slice_target(p, g, i, start);
+            uint8_t *t = g->runs ? NULL : slice_target(p, g, i, start);
             pthread_mutex_unlock(&p->mu);
-            int rc = read_span(g, t, start, len);
+            uint32_t crc = 0;
+            int rc = !g->runs                              ? read_span(g, t, start, len)
+                     : !gap && !(gap = malloc(RP_GAP)) ? sck_err(SCK_ERR_NOMEM, "%s: out of memory for a read buffer", g->what)
+                                                       : read_scatter(g, gap, start, len, &crc);
             pthread_mutex_lock(&p->mu);
             g->inflight--;
             if (rc && !g->status) {
                 g->status = rc;
                 snprintf(g->errmsg, sizeof g->errmsg, "%s", sck_last_error());
             } else if (!rc) {
+                g->scrc[i % 2] = crc;
                 slice_done(g, i);
             }
             pthread_cond_broadcast(&p->cv);
@@ -119,6 +179,7 @@ static void *helper_main(void *arg) {
         pthread_cond_wait(&p->cv, &p->mu);
     }
     pthread_mutex_unlock(&p->mu);
+    free(gap);
     return NULL;
 }
 
@@ -178,6 +239,8 @@ void rp_finish(rpipe *p) {
 
 /* Sets range g up (under mu). */
 static void set_range(rp_range *g, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what) {
+    g->runs = NULL;
+    g->nruns = 0;
     g->fd = fd;
     g->dfd = dst ? dfd : -1;
     g->off = off;
@@ -195,12 +258,30 @@ static void set_range(rp_range *g, int fd, int dfd, uint64_t off, uint64_t len, 
 }
 
 static int same_range(const rp_range *g, int fd, int dfd, uint64_t off, uint64_t len, const uint8_t *dst) {
-    return g->set && !g->stop && g->fd == fd && g->dfd == (dst ? dfd : -1) && g->off == off && g->len == len && g->dst == dst;
+    return g->set && !g->stop && !g->runs && g->fd == fd && g->dfd == (dst ? dfd : -1) && g->off == off && g->len == len && g->dst == dst;
 }
 
+static int start_range(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const rp_range *sc, const char *what);
+
 int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what) {
+    return start_range(p, fd, dfd, off, len, dst, NULL, what);
+}
+
+int rp_start_scatter(rpipe *p, int fd, uint64_t off, uint64_t len, const uint64_t (*runs)[3], size_t n, uint64_t src_base,
+                     uint8_t *dst_base, int crc, const char *what) {
+    rp_range sc = {0};
+    sc.crc = crc;
+    sc.runs = runs;
+    sc.nruns = n;
+    sc.rbase = src_base;
+    sc.dbase = dst_base;
+    return start_range(p, fd, -1, off, len, NULL, &sc, what);
+}
+
+/* rp_start, with sc's runs for a scatter range. */
+static int start_range(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const rp_range *sc, const char *what) {
     pthread_mutex_lock(&p->mu);
-    if (same_range(&p->r[!p->head], fd, dfd, off, len, dst)) { /* queued already: it becomes the current one */
+    if (!sc && same_range(&p->r[!p->head], fd, dfd, off, len, dst)) { /* queued already: it becomes the current one */
         drop_range(p, &p->r[p->head]);
         p->head = !p->head;
         pthread_cond_broadcast(&p->cv);
@@ -210,7 +291,7 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
     drop_range(p, &p->r[0]); /* a previous range, if the caller did not drain it, and one queued for nothing */
     drop_range(p, &p->r[1]);
     pthread_mutex_unlock(&p->mu);
-    for (int i = 0; !dst && i < 2; i++) {
+    for (int i = 0; !dst && !sc && i < 2; i++) {
         if (p->buf[i]) continue;
         void *m = mmap(NULL, RP_SLICE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
         if (m == MAP_FAILED) return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a read buffer", what);
@@ -218,7 +299,15 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
         p->buf[i] = m;
     }
     pthread_mutex_lock(&p->mu);
-    set_range(&p->r[p->head], fd, dfd, off, len, dst, what);
+    rp_range *g = &p->r[p->head];
+    set_range(g, fd, dfd, off, len, dst, what);
+    if (sc) {
+        g->runs = sc->runs;
+        g->nruns = sc->nruns;
+        g->rbase = sc->rbase;
+        g->dbase = sc->dbase;
+        g->crc = sc->crc;
+    }
     pthread_cond_broadcast(&p->cv);
     pthread_mutex_unlock(&p->mu);
     return SCK_OK;
@@ -245,9 +334,12 @@ int rp_queued_read(rpipe *p) {
     return done;
 }
 
-int rp_next(rpipe *p, const uint8_t **s, uint64_t *n) {
+int rp_next(rpipe *p, const uint8_t **s, uint64_t *n) { return rp_next_crc(p, s, n, NULL); }
+
+int rp_next_crc(rpipe *p, const uint8_t **s, uint64_t *n, uint32_t *crc) {
     *s = NULL;
     *n = 0;
+    if (crc) *crc = 0;
     pthread_mutex_lock(&p->mu);
     rp_range *g = &p->r[p->head];
     g->released = g->consumed; /* the slice handed out last is done with */
@@ -260,8 +352,9 @@ int rp_next(rpipe *p, const uint8_t **s, uint64_t *n) {
     } else if (g->set && g->consumed < g->nslices) {
         uint64_t start, len;
         slice(g, g->consumed, &start, &len);
-        *s = slice_target(p, g, g->consumed, start);
+        *s = g->runs ? NULL : slice_target(p, g, g->consumed, start);
         *n = len;
+        if (crc) *crc = g->scrc[g->consumed % 2];
         g->consumed++;
     }
     pthread_mutex_unlock(&p->mu);

@@ -6,6 +6,7 @@
 #ifndef SCK_RPIPE_H
 #define SCK_RPIPE_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "util.h"
@@ -31,6 +32,16 @@ void rp_free(rpipe *p);
  * same fd, dfd, off, len and dst becomes the current one as it is (what it has read is kept); any
  * other range is abandoned (rp_finish).  Errors: SCK_ERR_NOMEM. */
 int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what);
+/* Starts reading [off, off+len) of fd with the bytes that `runs` cover read straight to where the runs
+ * say (preadv, one iovec a piece of a run; the bytes between runs are read and dropped): checking an item
+ * while reading it into several ranks' buffers, without a copy.  runs: n of {file offset - src_base,
+ * address - dst_base, length}, ascending and disjoint (a run reaching outside the range is read only
+ * where inside it); the caller keeps them, and their memory, until the range is drained or rp_finish.
+ * crc: each slice's CRC-32C is taken by the helper as it reads it (rp_next_crc).  rp_next's slices of
+ * such a range have no bytes (*s NULL): a slice handed out has its runs' bytes in place.  Errors:
+ * SCK_ERR_NOMEM. */
+int rp_start_scatter(rpipe *p, int fd, uint64_t off, uint64_t len, const uint64_t (*runs)[3], size_t n, uint64_t src_base,
+                     uint8_t *dst_base, int crc, const char *what);
 /* Queues a range (same arguments as rp_start; dst required) behind the current one: the helpers read
  * it once every slice of the current range is taken, and rp_start with the same arguments makes it
  * current.  A range queued before with other arguments is abandoned.  The caller must leave dst alone
@@ -42,6 +53,8 @@ int rp_queued_read(rpipe *p);
  * in the pipe's own buffers stays valid until the next rp_next.  Errors: the read's (SCK_ERR_IO,
  * SCK_ERR_FORMAT "truncated"), with its message. */
 int rp_next(rpipe *p, const uint8_t **s, uint64_t *n);
+/* rp_next that also gives, with crc, the slice's CRC-32C (rp_start_scatter with crc; else 0). */
+int rp_next_crc(rpipe *p, const uint8_t **s, uint64_t *n, uint32_t *crc);
 /* Abandons the current range and the queued one: waits until no read of either is in flight. */
 void rp_finish(rpipe *p);
 

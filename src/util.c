@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define SCK_ERRMSG_MAX 1024
@@ -184,6 +185,19 @@ int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) 
             return sck_err(SCK_ERR_FORMAT, "%s: truncated: wanted %zu bytes at offset %llu, file ends at %llu", path,
                            n, (unsigned long long)off, (unsigned long long)(off + done));
         done += (size_t)r;
+    }
+    return SCK_OK;
+}
+
+int sck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const char *path) {
+    while (n > 0) {
+        ssize_t got = preadv(fd, iov, n, (off_t)off);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: read at offset %llu failed", path, (unsigned long long)off);
+        if (got == 0) return sck_err(SCK_ERR_FORMAT, "%s: truncated at offset %llu", path, (unsigned long long)off);
+        off += (uint64_t)got;
+        while (n > 0 && (size_t)got >= iov->iov_len) got -= (ssize_t)iov->iov_len, iov++, n--;
+        if (n > 0) iov->iov_base = (uint8_t *)iov->iov_base + got, iov->iov_len -= (size_t)got;
     }
     return SCK_OK;
 }

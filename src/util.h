@@ -140,6 +140,10 @@ void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const 
 /* pread/pwrite that loop over short transfers; short read past EOF is SCK_ERR_FORMAT ("truncated"). */
 int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
 int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);
+/* preadv of n (1..IOV_MAX) iovecs at off, looping over short transfers (iov is advanced in place);
+ * errors as sck_pread_full's, naming `path` and the offset reached. */
+struct iovec;
+int sck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const char *path);
 
 /* Torch names for dtypes. */
 const char *sck_dtype_torch_name(sck_dtype dt);    /* "float32" -> used as torch.<name> */

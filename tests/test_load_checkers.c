@@ -331,7 +331,7 @@ TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
  * (load_handoff.h): the process reads each item once, where each rank used to stream the whole item
  * again for its share (about n times the items).  Two ranks wanting the same columns cannot be served
  * by one ordered pass; the owner then copies their columns after its check, still right.  A flip in a
- * handed-over rank's columns fails every rank. */
+ * handed-over rank's columns, or in columns nobody wants, fails every rank. */
 TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -361,6 +361,12 @@ TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
     load_with(&g, 3);
     expect_all_ok(&g, 3);
     flip_fails_all(&g, L.file[0], L.payload[0] + 10 * ROW + 5 * 4, 0x02, 3);
+    /* Columns 0..300 only, a hundred a rank: the pass reads the columns nobody wants around theirs
+     * (into nothing of anyone's) and still checks them: a flip in column 800 fails every rank. */
+    for (int r = 0; r < 3; r++) g.col_lo[r] = 100 * r, g.col_hi[r] = 100 * (r + 1);
+    load_with(&g, 3);
+    expect_all_ok(&g, 3);
+    flip_fails_all(&g, L.file[1], L.payload[1] + 200 * ROW + 800 * 4, 0x04, 3);
     teardown(&g);
 }
 

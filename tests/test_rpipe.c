@@ -1,6 +1,6 @@
 /* test_rpipe.c - the read-ahead pipe: slices in order and byte-exact (own buffers, caller's buffer,
  * O_DIRECT), ranges starting anywhere, reuse, abandoning a range, a range queued behind another, and
- * read errors with the file named. */
+ * read errors with the file named; scatter ranges (runs read into place, slice CRCs). */
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "crc32c.h"
 #include "rpipe.h"
 
 #define FILE_BYTES ((size_t)(13u << 20) + 777)
@@ -202,3 +203,83 @@ TEST(rpipe_queued_range_is_read_ahead_then_taken_over_or_abandoned) {
     CHECK(read_range(p, fd, dfd, 5, 3 * RP_SLICE, dst, want) == 0);
     fx_close(&x);
 }
+
+/* Runs for a scatter range [off, off+len): gaps and runs of varied lengths (a gap longer than a helper's
+ * gap buffer, runs across slice boundaries, a stretch of 300-byte runs with no gaps: more pieces to a
+ * slice than one preadv takes), the first run beginning before the range and the last ending after it;
+ * run i goes to destination i % 3, each destination's runs packed one after another from dst + d *
+ * stride.  Returns the number of runs (at most cap). */
+static size_t scatter_runs(uint64_t (*r)[3], size_t cap, uint64_t off, uint64_t len, uint64_t stride) {
+    uint64_t pos = off - 300, fill[3] = {0, 0, 0};
+    size_t n = 0, dense = 0;
+    for (uint64_t i = 0; n < cap && pos < off + len; i++) {
+        uint64_t gap = i % 7 == 3 ? 70000 : i % 5 == 1 ? 0 : 1 + (i * 7919) % 3000;
+        uint64_t run = i % 11 == 4 ? 600000 : 1 + (i * 104729) % 9000;
+        if (pos >= off + RP_SLICE + 100000 && dense < 2000) gap = 0, run = 300, dense++;
+        if (n) pos += gap;
+        int d = (int)(n % 3);
+        r[n][0] = pos;
+        r[n][1] = (uint64_t)d * stride + fill[d];
+        r[n][2] = run;
+        fill[d] += run;
+        pos += run;
+        n++;
+    }
+    return n;
+}
+
+/* rp_start_scatter: every run's bytes inside the range land where the run says and nothing else of
+ * dst is written; the slices come in order with no bytes of their own, and their CRCs (taken by the
+ * helpers) combine into the range's; a scatter range past the end of the file fails as truncated. */
+static void scatter_runs_land_in_place(int helpers) {
+    pipe_fx x;
+    REQUIRE(fx_open(&x, helpers) == 0);
+    size_t cap = 20000;
+    uint64_t(*r)[3] = malloc(cap * sizeof *r);
+    REQUIRE(r);
+    const uint64_t off = 1000, len = 2 * RP_SLICE + 12345, stride = FILE_BYTES / 3 + 4096;
+    size_t n = scatter_runs(r, cap, off, len, stride);
+    REQUIRE(n < cap && n > 2000);
+    for (int crc_on = 0; crc_on < 2; crc_on++) {
+        memset(x.dst, 0xEE, FILE_BYTES + 8192);
+        REQUIRE_OK(rp_start_scatter(x.p, x.fd, off, len, (const uint64_t(*)[3])r, n, 0, x.dst, crc_on, "f.bin"));
+        uint32_t crc = 0, c;
+        uint64_t got = 0, sn;
+        const uint8_t *s;
+        int bad = 0;
+        while (!rp_next_crc(x.p, &s, &sn, &c) && sn) {
+            bad |= s != NULL || (got && (off + got) % RP_SLICE) || (!crc_on && c);
+            crc = sck_crc32c_combine(crc, c, sn);
+            got += sn;
+        }
+        CHECK(!bad && got == len);
+        if (crc_on) CHECK(crc == sck_crc32c(0, x.want + off, len));
+        uint8_t *mark = calloc(FILE_BYTES + 8192, 1); /* the bytes of dst that runs own inside the range */
+        REQUIRE(mark);
+        for (size_t i = 0; i < n && !bad; i++) {
+            uint64_t a = r[i][0] > off ? r[i][0] : off, b = r[i][0] + r[i][2] < off + len ? r[i][0] + r[i][2] : off + len;
+            if (a >= b) continue;
+            uint64_t d = r[i][1] + (a - r[i][0]);
+            bad |= memcmp(x.dst + d, x.want + a, b - a) != 0;
+            memset(mark + d, 1, b - a);
+        }
+        CHECK(!bad);
+        for (size_t i = 0; i < FILE_BYTES + 8192 && !bad; i++) bad |= !mark[i] && x.dst[i] != 0xEE;
+        CHECK(!bad);
+        free(mark);
+    }
+    /* past the end of the file */
+    r[0][0] = FILE_BYTES - 50, r[0][1] = 0, r[0][2] = 100;
+    REQUIRE_OK(rp_start_scatter(x.p, x.fd, FILE_BYTES - 100, 200, (const uint64_t(*)[3])r, 1, 0, x.dst, 1, "f.bin"));
+    const uint8_t *s;
+    uint64_t sn;
+    uint32_t c;
+    CHECK_ERR(rp_next_crc(x.p, &s, &sn, &c), SCK_ERR_FORMAT, "truncated");
+    /* and the pipe works on, with a plain range */
+    CHECK(read_range(x.p, x.fd, -1, 5, RP_SLICE + 9, NULL, x.want) == 0);
+    free(r);
+    fx_close(&x);
+}
+
+TEST(rpipe_scatter_runs_land_in_place_with_slice_crcs) { scatter_runs_land_in_place(RP_HELPERS); }
+TEST(rpipe_one_helper_scatter_runs_land_in_place_with_slice_crcs) { scatter_runs_land_in_place(1); }
