@@ -10,12 +10,14 @@
 
 #define RC_SLOTS 4
 #define RC_CAP (4u << 20)       /* bytes per window */
+#define RC_SMALL (64u << 10)    /* a window that has held no more than this so far (rcache.c slot_room) */
 
 typedef struct rc_slot {
     int fd;                     /* -1: empty */
     uint64_t off, len;          /* the file range held */
     uint64_t used;              /* LRU tick */
-    uint8_t *buf;               /* RC_CAP bytes, mapped on first use */
+    uint8_t *buf;               /* cap bytes, made on first use */
+    uint64_t cap;               /* RC_SMALL (heap) or RC_CAP (a huge-page mapping); 0: none yet */
 } rc_slot;
 
 typedef struct rcache {
