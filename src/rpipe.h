@@ -11,8 +11,9 @@
 
 #include "util.h"
 
-#define RP_SLICE (4u << 20)   /* bytes per slice into the pipe's buffers (larger into the caller's); slices
-                               * after the first start on a multiple of the slice size */
+#define RP_SLICE (4u << 20)   /* bytes per slice into the pipe's buffers (larger into the caller's); there,
+                               * slices after the first start on a multiple of the slice size; into the
+                               * caller's buffer, on multiples of it past the range's start */
 #define RP_DST_SLICE (4u << 20) /* into the caller's buffer: small enough that the checksum of the last
                                  * slice, which nothing overlaps, is short */
 #define RP_ALIGN 4096u        /* O_DIRECT alignment of offsets, lengths and memory */

@@ -30,7 +30,8 @@ static uint8_t *make_file(const char *path) {
 
 /* Drains the current range [off, +len) of the file: slices in order, at `at` (the range's first byte in
  * the caller's buffer; NULL: the pipe's own buffers), matching `want`; sl > 0: no slice longer, and
- * those after the first start on a multiple of it. */
+ * those after the first start on a multiple of it (own buffers) or a multiple of it past the range's
+ * start (the caller's buffer: a range of one slice's length is one read). */
 static int drain(rpipe *p, uint64_t off, uint64_t len, const uint8_t *at, const uint8_t *want, uint64_t sl) {
     uint64_t got = 0;
     for (;;) {
@@ -38,7 +39,7 @@ static int drain(rpipe *p, uint64_t off, uint64_t len, const uint8_t *at, const 
         uint64_t n;
         if (rp_next(p, &s, &n)) return -1;
         if (!n) break;
-        if (sl && (n > sl || (got > 0 && (off + got) % sl))) return -2;
+        if (sl && (n > sl || (got > 0 && (at ? got : off + got) % sl))) return -2;
         if (at && s != at + got) return -3;
         if (memcmp(s, want + off + got, n)) return -4;
         got += n;
