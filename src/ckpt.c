@@ -22,7 +22,12 @@
 
 #define FEW_RUNS 8                   /* a part of a small item read as this many runs or fewer is read run by run */
 #define HEAD_BYTES (64u << 10)       /* a large item's headers: read this much at its start or end */
-#define DIRECT_RUN (1u << 20)        /* runs at least this long are read straight into the caller's buffer */
+#define DIRECT_RUN (1u << 20)        /* runs at least this long: O_DIRECT where asked, read ahead on the pipe */
+#define WINDOW_RUN (64u << 10)       /* runs of large items shorter than this are copied out of a read window;
+                                      * longer ones are read straight into the caller's buffer (a window is
+                                      * filled to the item's end: a 680 KiB run of a 2 MiB item read 2 MiB,
+                                      * then copied).  Small items stay in windows: they are read whole
+                                      * with their neighbours, and checked from there. */
 #define MAX_PKL (64u << 20)
 #define MAX_RUNS (1u << 20)          /* one-pass check-and-copy keeps at most this many runs in memory */
 #define WS_DIO_ALIGN 4096u           /* O_DIRECT alignment of offsets, lengths and memory */
@@ -800,7 +805,7 @@ static void swap_elems(uint8_t *p, uint64_t nbytes, size_t elem) {
 /* A run's file bytes into d as stored (no swap): long runs straight from the file, short ones from
  * the windows. */
 static int read_run_raw(run_ctx *r, uint64_t abs, uint8_t *d, uint64_t nbytes) {
-    if (nbytes >= DIRECT_RUN || r->no_window) return read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
+    if ((nbytes >= WINDOW_RUN && r->ird->c->length > SMALL_ITEM) || nbytes >= DIRECT_RUN || r->no_window) return read_long(r->ird->ck, r->ird->c->file, d, nbytes, abs, r->ird->what);
     const uint8_t *p;
     int rc = item_view(r->ird, abs, nbytes, &p);
     if (!rc) memcpy(d, p, nbytes);

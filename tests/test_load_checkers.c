@@ -706,6 +706,24 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
     teardown(&g);
 }
 
+/* Without checks, a run of a large item (here 200 of w's 960-row item: 800 KiB) is read straight into
+ * the caller's buffer: the rank reads that run, the item's headers and the metadata, not a read window
+ * filled from the run to the item's end (2.9 MiB more) and copied out of. */
+TEST(load_mid_size_run_of_large_item_reads_only_its_bytes) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.lo = 100, g.hi = 300;
+    g.flags[0] = SCK_LOAD_NO_VERIFY;
+    uint64_t got = load_with(&g, 1), run = 200 * ROW;
+    expect_all_ok(&g, 1);
+    CHECK(got >= run && got < run + (256u << 10));
+    if (got >= run + (256u << 10)) fprintf(stderr, "  read %llu bytes for a run of %llu\n", (unsigned long long)got, (unsigned long long)run);
+    teardown(&g);
+}
+
 /* A rank's list of the files or the items it reads arriving malformed (never from this code) fails
  * the load on every rank with a format error, rather than leaving some of them counting on checks
  * nobody makes.  The files' list (one byte for 2 files) comes first; the items' lists follow when two
