@@ -1102,8 +1102,8 @@ static void advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint
 
 /* The runs of an item another rank checks, and no more of it: long runs straight into the destination;
  * many short runs in file order (column blocks) in one pass from the first to the end of the last,
- * read ahead as the checked pass is, rather than run by run through the windows.  nruns: how many
- * runs the overlap has (read_overlap counted them). */
+ * read ahead as the checked pass is, rather than run by run through the windows.  l: the overlap's
+ * runs as read_overlap collected them (counted all, stored up to l->cap). */
 static int copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov,
                              const int64_t *strides, run_ctx *rx, const run_list *l) {
     const ck_chunk *c = &ck->m.e[ei].chunks[ci];
@@ -1377,7 +1377,8 @@ static void heap_push(size_t *h, size_t *n, const run_list *ls, const size_t *at
 
 /* This rank's runs l of item (ei, ci) (in order) and those of the other ranks' overlaps it hands over
  * (ck_hand with `want`), merged by file offset into *out with addresses for destinations, so that one
- * pass over the item copies them all.  1 if merged (caller frees out->r); 0 if there is nothing to
+ * pass over the item serves them all.  1 if merged (out->r is ck->runbuf[2], valid until the next
+ * merge); 0 if there is nothing to
  * add, or the lists cannot be merged (out of order, overlapping runs, too many, no memory): hand_over
  * then copies them, after the check. */
 static int merge_hands(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const int64_t *strides, const run_ctx *rx,
