@@ -55,6 +55,7 @@ struct rpipe {
     rp_range r[2];              /* r[head]: the current range; r[!head]: the one queued behind it */
     int head;
     uint8_t *buf[2];
+    uint64_t overlapped;        /* slices of a queued range started while the current one had reads in flight */
 };
 
 /* Slice i of range g.  Into the caller's buffer, slices are whole ones from the range's start on: a
@@ -163,8 +164,13 @@ static void *helper_main(void *arg) {
     pthread_mutex_lock(&p->mu);
     for (;;) {
         if (p->quit) break;
-        /* the current range first; the queued one once every slice of the current is taken */
-        rp_range *g = claimable(&p->r[p->head]) ? &p->r[p->head] : claimable(&p->r[!p->head]) ? &p->r[!p->head] : NULL;
+        /* The current range first; the queued one once every slice of the current is taken, and, with
+         * O_DIRECT, read: this disk reads one item's slices side by side at full speed, but two items
+         * at once slower than one after the other (1 and 2 ranks, 16 tensors, 256 MiB, 4 rounds
+         * alternated: 0.92 -> 0.95 and 0.90 -> 0.91 of raw O_DIRECT reads; 64 MiB items 0.96 -> 0.98). */
+        rp_range *cur = &p->r[p->head], *q = &p->r[!p->head];
+        rp_range *g = claimable(cur) ? cur : claimable(q) && !(q->dfd >= 0 && cur->set && cur->inflight) ? q : NULL;
+        if (g && g == q && cur->set && cur->inflight) p->overlapped++;
         if (g) {
             uint64_t i = g->claimed++, start, len;
             g->inflight++;
@@ -335,6 +341,13 @@ int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
     }
     pthread_mutex_unlock(&p->mu);
     return SCK_OK;
+}
+
+uint64_t rp_overlapped(rpipe *p) {
+    pthread_mutex_lock(&p->mu);
+    uint64_t n = p->overlapped;
+    pthread_mutex_unlock(&p->mu);
+    return n;
 }
 
 int rp_queued_read(rpipe *p) {

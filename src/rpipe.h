@@ -44,10 +44,14 @@ int rp_start(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst
 int rp_start_scatter(rpipe *p, int fd, uint64_t off, uint64_t len, const uint64_t (*runs)[3], size_t n, uint64_t src_base,
                      uint8_t *dst_base, int crc, const char *what);
 /* Queues a range (same arguments as rp_start; dst required) behind the current one: the helpers read
- * it once every slice of the current range is taken, and rp_start with the same arguments makes it
+ * it once every slice of the current range is taken (with O_DIRECT, dfd >= 0: and read), and rp_start
+ * with the same arguments makes it
  * current.  A range queued before with other arguments is abandoned.  The caller must leave dst alone
  * until that rp_start or rp_finish.  Errors: SCK_ERR_INVALID_ARG (dst NULL). */
 int rp_queue(rpipe *p, int fd, int dfd, uint64_t off, uint64_t len, uint8_t *dst, const char *what);
+/* How many slices of a queued range a helper started while the current range still had reads in
+ * flight (tests: never with an O_DIRECT queued range, which waits for the current one's reads). */
+uint64_t rp_overlapped(rpipe *p);
 /* 1 if a range is queued (rp_queue) and every slice of it is read, else 0 (tests wait on it). */
 int rp_queued_read(rpipe *p);
 /* The next slice in order: *s points at it and *n is its length (0 once the range is done).  A slice
