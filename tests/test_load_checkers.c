@@ -755,6 +755,27 @@ TEST(load_checks_malformed_list_fails_the_load_everywhere) {
     teardown(&g);
 }
 
+/* Column blocks on ranks that share no address space (the communicator here hides that they are
+ * threads, as MPI ranks would): each item's owner checks it whole, and the others stream the span of it
+ * that holds their columns, their runs read straight into their buffers and the bytes between dropped
+ * (rp_start_scatter without checksums).  The columns arrive exact; a flip in a column block of a rank
+ * that does not check the item still fails every rank (the owner's check). */
+TEST(load_columns_on_ranks_apart_stream_their_span_into_place) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    job g;
+    layout L;
+    REQUIRE(setup(&g, dir, &L) == 0);
+    g.count_gathers = 1;
+    g.by_cols = 1;
+    for (int n = 2; n <= 3; n++) {
+        load_with(&g, n);
+        expect_all_ok(&g, n);
+    }
+    for (int b = 0; b < 2; b++) flip_fails_all(&g, L.file[b], L.payload[b] + 300 * ROW + 1000 * 4, 0x08, 3);
+    teardown(&g);
+}
+
 /* Ranks that read disjoint files (the split of the save: rank r reads file r) share no item: each
  * checks what it reads, and no lists of items are made or exchanged (only the 8-byte status and a
  * bitmap of the files each reads; the items' lists are longer).  A flipped byte in either file still
