@@ -139,9 +139,14 @@ typedef struct layout {
     uint64_t item[2], len[2], payload[2];
 } layout;
 
-static int setup(job *g, const char *dir, layout *L) {
+/* The checkpoint's directory, under the test's own (valid until the test ends): setup_in's. */
+static char g_dir[4096];
+
+/* Into the directory `name` under the test's own; g is reset to load from there. */
+static int setup_in(job *g, layout *L, const char *name) {
     memset(g, 0, sizeof *g);
-    g->dir = dir;
+    snprintf(g_dir, sizeof g_dir, "%s/%s", th_tmpdir(), name);
+    const char *dir = g->dir = g_dir;
     g->w = malloc((size_t)WR * WC * 4);
     g->v = malloc((size_t)VR * WC * 4);
     th_fill(g->w, (size_t)WR * WC * 4, 51);
@@ -173,6 +178,8 @@ static int setup(job *g, const char *dir, layout *L) {
     }
     return 0;
 }
+
+static int setup(job *g, layout *L) { return setup_in(g, L, "ck"); }
 
 static void teardown(job *g) {
     free(g->w);
@@ -253,14 +260,12 @@ TEST(load_checks_owner_most_bytes_ties_spread) {
  * headers to find them; without it (a torch checkpoint) each reader reads a window at each end of each
  * item it reads part of. */
 static void combined_items_read_once(int with_cache) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck%d", th_tmpdir(), with_cache);
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup_in(&g, &L, with_cache ? "ck1" : "ck0") == 0);
     REQUIRE(L.len[0] > 2 * HEAD && L.len[1] > 2 * HEAD);
     char side[4200];
-    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
+    snprintf(side, sizeof side, "%s/.metadata.sck", g.dir);
     REQUIRE(with_cache || remove(side) == 0);
     uint64_t heads = with_cache ? 0 : 4 * (uint64_t)HEAD;
     uint64_t total = load_with(&g, 3);
@@ -288,11 +293,9 @@ TEST(load_checks_combined_items_read_once) {
 /* A byte flipped where only a non-owner reads (rank 1's rows of item 0, or item 0's trailer, which
  * rank 1 reads as headers) fails the load on every rank: the owner's check catches it. */
 TEST(load_checks_flip_seen_only_by_non_owner_fails_all_ranks) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     uint64_t at[] = {L.payload[0] + 700 * ROW + 8, L.payload[0] + 959 * ROW + ROW - 1, L.item[0] + L.len[0] - 30};
     for (size_t k = 0; k < sizeof at / sizeof *at; k++) {
         flip_fails_all(&g, L.file[0], at[k], 0x20, 3);
@@ -309,11 +312,9 @@ TEST(load_checks_flip_seen_only_by_non_owner_fails_all_ranks) {
  * holds it (rank 0 the first, rank 1 the second; load_owners_of_column_blocks_follow_the_files).  A
  * flip in rank 0's columns fails all ranks, also in the item rank 1 owns. */
 TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.by_cols = 1;
     for (int n = 2; n <= 3; n++) {
         load_with(&g, n);
@@ -333,15 +334,13 @@ TEST(load_checks_columns_flip_in_non_owner_columns_fails_all_ranks) {
  * by one ordered pass; the owner then copies their columns after its check, still right.  A flip in a
  * handed-over rank's columns, or in columns nobody wants, fails every rank. */
 TEST(load_columns_owner_copies_the_other_ranks_columns_in_its_pass) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     struct stat sa, sb;
     char p1[4200], p2[4200];
-    snprintf(p1, sizeof p1, "%s/.metadata", dir);
-    snprintf(p2, sizeof p2, "%s/.metadata.sck", dir);
+    snprintf(p1, sizeof p1, "%s/.metadata", g.dir);
+    snprintf(p2, sizeof p2, "%s/.metadata.sck", g.dir);
     REQUIRE(stat(p1, &sa) == 0 && stat(p2, &sb) == 0);
     uint64_t items = L.len[0] + L.len[1], meta = (uint64_t)sa.st_size + (uint64_t)sb.st_size;
     g.by_cols = 1;
@@ -411,16 +410,14 @@ static int owners_rank(sck_comm *c, void *arg) {
  * (file 0) goes to rank 0 and its second (file 1, halfway through the files) to rank 1, where the rank
  * with the most columns (rank 2, 342 of 1024) used to take both. */
 TEST(load_owners_of_column_blocks_follow_the_files) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     REQUIRE(strcmp(L.file[0], L.file[1]) < 0); /* w's item 0 lies in the first file */
     for (int n = 2; n <= 4; n++) {
         owners_job o;
         memset(&o, 0, sizeof o);
-        o.dir = dir;
+        o.dir = g.dir;
         o.n = n;
         REQUIRE_OK(sck_threads_run(n, owners_rank, &o));
         for (int k = 0; k < 2; k++) {
@@ -438,13 +435,11 @@ TEST(load_owners_of_column_blocks_follow_the_files) {
 /* Rank 0 loads without verification, so it owns nothing even where it needs the most: rank 1 checks
  * item 0, and a flip in rank 0's rows still fails every rank. */
 TEST(load_checks_rank_without_verify_owns_nothing) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.flags[0] = SCK_LOAD_NO_VERIFY;
-    REQUIRE(fx_flip(dir, L.file[0], L.payload[0] + 3 * ROW, 0x04) == 0);
+    REQUIRE(fx_flip(g.dir, L.file[0], L.payload[0] + 3 * ROW, 0x04) == 0);
     load_with(&g, 3);
     expect_all_checksum(&g, 3, L.file[0]);
     teardown(&g);
@@ -453,14 +448,12 @@ TEST(load_checks_rank_without_verify_owns_nothing) {
 /* Items no rank reads are not checked: a flip in w's second item and in v loads fine when the ranks
  * request only rows of w's first item (v then is an unexpected key; "absent" is allowed missing). */
 TEST(load_checks_items_nobody_reads_are_not_checked) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
-    REQUIRE(fx_flip(dir, L.file[1], L.payload[1] + 10 * ROW, 0x02) == 0);
+    REQUIRE(setup(&g, &L) == 0);
+    REQUIRE(fx_flip(g.dir, L.file[1], L.payload[1] + 10 * ROW, 0x02) == 0);
     sck_ckpt *ck;
-    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    REQUIRE_OK(sck_ckpt_open(g.dir, &ck));
     long vi = sck_ckpt_find(ck, "v");
     sck_chunk_info vc;
     char vfile[64] = "";
@@ -468,7 +461,7 @@ TEST(load_checks_items_nobody_reads_are_not_checked) {
     if (have_v) snprintf(vfile, sizeof vfile, "%s", vc.file);
     sck_ckpt_close(ck);
     REQUIRE(have_v);
-    REQUIRE(fx_flip(dir, vfile, vc.offset + vc.length / 2, 0x02) == 0);
+    REQUIRE(fx_flip(g.dir, vfile, vc.offset + vc.length / 2, 0x02) == 0);
     g.lo = 0;
     g.hi = WR / 2;
     g.absent = 1;
@@ -489,11 +482,9 @@ TEST(load_checks_items_nobody_reads_are_not_checked) {
  * when the ranks load rows 100..1799) are read by the owner only to checksum them, and a flip there
  * fails every rank; so does one in a reader's rows, also with O_DIRECT reads. */
 TEST(load_checks_combined_flip_in_owner_gap_fails_all_ranks) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.lo = 100;
     g.hi = 1800;
     for (int direct = 0; direct < 2; direct++) {
@@ -513,11 +504,9 @@ TEST(load_checks_combined_flip_in_owner_gap_fails_all_ranks) {
  * lowest rank's) is the segment, the others only copy.  Every byte is still checked once: a flip in
  * either item fails every rank, and the process reads each item once per rank plus headers. */
 TEST(load_checks_combined_replicated_readers) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.replicated = 1;
     uint64_t total = load_with(&g, 3);
     expect_all_ok(&g, 3);
@@ -533,14 +522,12 @@ TEST(load_checks_combined_replicated_readers) {
  * partial read lists its run, worked out when the reads were planned from the model cache's payload
  * offset.  Neither resolves the item (no item header is read before the load proper). */
 TEST(load_checks_whole_chunks_are_not_resolved_to_plan) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     for (int partial = 0; partial < 2; partial++) {
         sck_ckpt *ck;
-        REQUIRE_OK(sck_ckpt_open(dir, &ck));
+        REQUIRE_OK(sck_ckpt_open(g.dir, &ck));
         int64_t wo[2] = {WR / 2, 0}, wz[2] = {WR / 2 - partial, WC};
         uint8_t *wire = NULL;
         size_t n = 0;
@@ -597,11 +584,9 @@ static int v_first_payload(const char *dir, char *file, uint64_t *at) {
  * space, so rank 1 copies them into rank 2's buffer once it has checked the item (load_handoff.h),
  * and rank 2 reads nothing of v at all, yet holds the right rows. */
 TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.with_v = 1;
     load_with(&g, 3);
     expect_all_ok(&g, 3);
@@ -612,7 +597,7 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
      * directory's length); of v, nothing (it read rows 42..63, (VR - VR * 2 / 3) * ROW
      * bytes more, before the hand-over). */
     sck_ckpt *wck;
-    REQUIRE_OK(sck_ckpt_open(dir, &wck));
+    REQUIRE_OK(sck_ckpt_open(g.dir, &wck));
     long wi = sck_ckpt_find(wck, "w");
     REQUIRE(wi >= 0 && wck->m.e[wi].nchunks == 2);
     const ck_chunk *w1 = &wck->m.e[wi].chunks[1];
@@ -625,9 +610,9 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
     /* A flipped byte in rank 1's rows of v's first item is still caught, by that item's owner. */
     char file[64];
     uint64_t at;
-    REQUIRE(v_first_payload(dir, file, &at) == 0);
+    REQUIRE(v_first_payload(g.dir, file, &at) == 0);
     at += 25 * ROW;
-    REQUIRE(fx_flip(dir, file, at, 0x01) == 0);
+    REQUIRE(fx_flip(g.dir, file, at, 0x01) == 0);
     load_with(&g, 3);
     for (int r = 0; r < 3; r++) CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
     CHECK(strstr(g.msgs[1], "'v' item at offset") != NULL);
@@ -640,23 +625,21 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
  * hand-overs, more than are read in place, so the owner copies them after its check.  Every rank holds
  * the right rows either way, and a flipped byte in any reader's rows fails every rank. */
 TEST(load_checks_small_item_hand_overs_read_in_place) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.with_v = 1;
     char file[64];
     uint64_t base;
-    REQUIRE(v_first_payload(dir, file, &base) == 0);
+    REQUIRE(v_first_payload(g.dir, file, &base) == 0);
     for (int n = 6; n <= 8; n += 2) {
         load_with(&g, n);
         expect_all_ok(&g, n);
         for (int row = 1; row < VR / 2; row += 10) { /* rows 1, 11, 21, 31: the first item's readers each */
-            REQUIRE(fx_flip(dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
+            REQUIRE(fx_flip(g.dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
             load_with(&g, n);
             for (int r = 0; r < n; r++) CHECK(g.rcs[r] == SCK_ERR_CHECKSUM);
-            REQUIRE(fx_flip(dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
+            REQUIRE(fx_flip(g.dir, file, base + (uint64_t)row * ROW + 8, 0x04) == 0);
         }
     }
     load_with(&g, 6);
@@ -668,13 +651,11 @@ TEST(load_checks_small_item_hand_overs_read_in_place) {
  * the window stops at the next large item: here each file holds v's item (128 KiB) and then w's
  * (3.75 MiB), and loading just v on one rank reads v's two items and nothing of w's. */
 TEST(load_small_item_window_stops_at_the_next_large_item) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     sck_ckpt *ck;
-    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    REQUIRE_OK(sck_ckpt_open(g.dir, &ck));
     long vi = sck_ckpt_find(ck, "v");
     REQUIRE(vi >= 0);
     uint64_t vlen = 0;
@@ -694,7 +675,7 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
     REQUIRE_OK(sck_state_add_box(st, "v", SCK_F32, 2, vs, z, vs, v));
     sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
     uint64_t extra = 0, ignore, before = rchar(0, &extra);
-    CHECK_OK(sck_load(NULL, dir, st, &o));
+    CHECK_OK(sck_load(NULL, g.dir, st, &o));
     uint64_t got = rchar(0, &ignore) - before - extra;
     CHECK(!memcmp(v, g.v, (size_t)VR * WC * 4));
     /* v's items, .metadata and its model cache (a few KiB here), nothing near w's megabytes */
@@ -710,11 +691,9 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
  * the caller's buffer: the rank reads that run, the item's headers and the metadata, not a read window
  * filled from the run to the item's end (2.9 MiB more) and copied out of. */
 TEST(load_mid_size_run_of_large_item_reads_only_its_bytes) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.lo = 100, g.hi = 300;
     g.flags[0] = SCK_LOAD_NO_VERIFY;
     uint64_t got = load_with(&g, 1), run = 200 * ROW;
@@ -729,11 +708,9 @@ TEST(load_mid_size_run_of_large_item_reads_only_its_bytes) {
  * nobody makes.  The files' list (one byte for 2 files) comes first; the items' lists follow when two
  * ranks read one file (3 ranks load the 2 ranks' rows). */
 TEST(load_checks_malformed_list_fails_the_load_everywhere) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     for (int bad = 1; bad <= 2; bad++) {
         g.garble_rank = bad;
         g.garble_min = 8;
@@ -761,11 +738,9 @@ TEST(load_checks_malformed_list_fails_the_load_everywhere) {
  * (rp_start_scatter without checksums).  The columns arrive exact; a flip in a column block of a rank
  * that does not check the item still fails every rank (the owner's check). */
 TEST(load_columns_on_ranks_apart_stream_their_span_into_place) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.count_gathers = 1;
     g.by_cols = 1;
     for (int n = 2; n <= 3; n++) {
@@ -781,11 +756,9 @@ TEST(load_columns_on_ranks_apart_stream_their_span_into_place) {
  * bitmap of the files each reads; the items' lists are longer).  A flipped byte in either file still
  * fails every rank.  With a row split across the files (3 ranks) the lists are exchanged again. */
 TEST(load_checks_ranks_reading_disjoint_files_exchange_no_lists) {
-    char dir[4096];
-    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     job g;
     layout L;
-    REQUIRE(setup(&g, dir, &L) == 0);
+    REQUIRE(setup(&g, &L) == 0);
     g.count_gathers = 1;
     g.with_v = 1;
     load_with(&g, 2);
