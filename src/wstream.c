@@ -233,7 +233,7 @@ static int take_buf(wstream *w) {
 }
 
 /* Hands the current batch to the writer, if it has anything; the next batch fills the buffer on.  In
- * direct mode (where a batch is only staged bytes) its length is padded to WS_ALIGN (only at close:
+ * direct mode its length is padded to WS_ALIGN (only at close, where it ends in staged bytes:
  * everywhere else it is already aligned, so each batch starts aligned in the buffer too). */
 static int flush_batch(wstream *w) {
     if (w->cur < 0 || w->cur_bytes == 0) return SCK_OK;
@@ -340,6 +340,17 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
         return after_piece(w);
     }
     return copy_in(w, b, n);
+}
+
+int ws_append_const(wstream *w, const void *p, uint64_t n) {
+    const uint8_t *b = p;
+    int rc;
+    if (n == 0) return SCK_OK;
+    int by_ref = w->direct ? (w->pos | (uintptr_t)b | n) % WS_ALIGN == 0 : n >= WS_IOV_MIN;
+    if (!by_ref) return copy_in(w, b, n);
+    if (w->cur < 0 && (rc = take_buf(w))) return rc;
+    add_piece(w, b, n);
+    return after_piece(w);
 }
 
 uint64_t ws_pos(const wstream *w) { return w->pos; }

@@ -54,6 +54,11 @@ int ws_open(wstream **out, const char *path, const ws_opts *o);
  * Blocks while every staging buffer is in flight.  Errors: the writer's first error (SCK_ERR_IO,
  * with its message), SCK_ERR_NOMEM. */
 int ws_append(wstream *w, const void *p, uint64_t n, int by_ref);
+/* Appends n bytes of constant memory that outlives the stream (zip padding): by reference, never
+ * copied, where the mode allows (O_DIRECT: the file position, p and n all WS_ALIGN-aligned;
+ * buffered: from WS_IOV_MIN bytes on), as a piece of the current batch; copied otherwise.  Staging
+ * pages a copy would touch cost a page fault each on a fresh buffer.  Errors: as ws_append. */
+int ws_append_const(wstream *w, const void *p, uint64_t n);
 /* Bytes appended so far (the file offset of the next append). */
 uint64_t ws_pos(const wstream *w);
 /* Bytes copied into staging buffers so far. */

@@ -111,7 +111,7 @@ static int put_local(sck_buf *h, const zip_entry *e, const char *prefix, size_t 
         rc |= sck_buf_put_le16(h, ZIP_EXTRA_PAD);
         rc |= sck_buf_put_le16(h, (uint16_t)(pad - ZIP_EXTRA_HDR));
         if (!rc && sck_buf_reserve(h, (size_t)(pad - ZIP_EXTRA_HDR)) == 0) {
-            memset(h->data + h->len, 'Z', (size_t)(pad - ZIP_EXTRA_HDR));
+            memset(h->data + h->len, ZIP_PAD_BYTE, (size_t)(pad - ZIP_EXTRA_HDR));
             h->len += (size_t)(pad - ZIP_EXTRA_HDR);
         } else {
             rc = 1;

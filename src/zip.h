@@ -34,6 +34,9 @@ typedef struct zip_plan {
     uint64_t *payload_off;  /* per entry: payload offset relative to archive start */
 } zip_plan;
 
+/* What fills the alignment padding before a payload (the data of a "FB" extra field), as torch writes it. */
+#define ZIP_PAD_BYTE 'Z'
+
 /* Lays out a stored zip of `n` entries named "<prefix>/<name>".  Each payload starts at an offset
  * such that (file_offset + payload offset) % align == 0 (align a power of two >= 1; padding goes in
  * an extra field, as torch does with 64).  ZIP64 fields are used when any size/offset needs them.

@@ -297,6 +297,51 @@ TEST(wstream_abort_releases_without_flushing) {
     CHECK(sb.st_size == 0); /* the staged bytes were dropped */
 }
 
+/* Constant memory (zip padding) goes by reference where the mode allows it and is copied where not:
+ * headers that end on a page, then a page-aligned constant, then a large piece, over and over, copy
+ * only the headers; an unaligned constant (O_DIRECT) or a short one (buffered) is copied; the file is
+ * byte-exact either way. */
+static void check_const_pieces(int direct) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/const%d.bin", th_tmpdir(), direct);
+    static _Alignas(WS_ALIGN) const uint8_t pad[3 * WS_ALIGN] = {'Z', 'Z', 'Z', [3 * WS_ALIGN - 1] = 'Z'};
+    size_t piece = WS_REF_MIN, items = 6, cap = items * (piece + 3 * WS_ALIGN) + 2 * WS_ALIGN;
+    uint8_t *src = mmap(NULL, cap, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    uint8_t *want = malloc(cap);
+    REQUIRE(src != MAP_FAILED && want);
+    th_fill(src, cap, 41 + (uint64_t)direct);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){1 << 20, 2, direct, 1, NULL}));
+    size_t n = 0, copied = 0;
+    for (size_t i = 0; i < items; i++) {
+        size_t hdr = WS_ALIGN - n % WS_ALIGN, npad = (1 + i % 3) * WS_ALIGN, from = i * piece;
+        CHECK_OK(ws_append(w, src + from, hdr, 0));
+        memcpy(want + n, src + from, hdr), n += hdr, copied += hdr;
+        CHECK_OK(ws_append_const(w, pad, npad));
+        memcpy(want + n, pad, npad), n += npad;
+        CHECK_OK(ws_append(w, src + from, piece, 1));
+        memcpy(want + n, src + from, piece), n += piece;
+    }
+    CHECK(ws_copied(w) == copied); /* only the headers */
+    /* with O_DIRECT: off the page (file and memory); buffered: shorter than a batch takes by reference */
+    CHECK_OK(ws_append_const(w, pad + 1, 100));
+    memcpy(want + n, pad + 1, 100), n += 100, copied += 100;
+    CHECK_OK(ws_append_const(w, pad, WS_ALIGN));
+    memcpy(want + n, pad, WS_ALIGN), n += WS_ALIGN, copied += direct ? WS_ALIGN : 0;
+    CHECK(ws_copied(w) == copied);
+    CHECK(ws_pos(w) == n);
+    CHECK_OK(ws_close(w));
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
+    free(got);
+    free(want);
+    munmap(src, cap);
+}
+
+TEST(wstream_buffered_constant_pieces_go_by_reference) { check_const_pieces(0); }
+TEST(wstream_direct_aligned_constant_pieces_go_by_reference) { check_const_pieces(1); }
+
 /* A pool keeps the staging buffers from one stream to the next (an async handle's saves): the second
  * stream writes through the same memory, and a stream with another staging size replaces them. */
 TEST(wstream_pool_reuses_staging_buffers) {
