@@ -28,7 +28,7 @@ void io_hook_set(io_hook_fn fn, void *ctx) {
 
 const char *io_kind_name(io_kind kind) {
     static const char *const names[IO_NKINDS] = {"open", "pwrite", "fsync", "close", "rename", "exchange", "mkdir", "unlink", "rmdir",
-                                                 "truncate"};
+                                                 "truncate", "setfl"};
     return kind < IO_NKINDS ? names[kind] : "?";
 }
 
@@ -73,6 +73,10 @@ int io_mkdir(const char *path, mode_t mode) {
 
 int io_unlink(const char *path) {
     return hooked(IO_UNLINK, path) ? -1 : unlink(path);
+}
+
+int io_setfl(int fd, int flags, const char *path) {
+    return hooked(IO_SETFL, path) ? -1 : fcntl(fd, F_SETFL, flags);
 }
 
 int io_rmdir(const char *path) {

@@ -20,6 +20,8 @@ int io_mkdir(const char *path, mode_t mode);
 int io_unlink(const char *path);
 int io_rmdir(const char *path);
 int io_ftruncate(int fd, uint64_t size, const char *path);
+/* fcntl(fd, F_SETFL, flags): a direct-mode file's end is written without O_DIRECT. */
+int io_setfl(int fd, int flags, const char *path);
 /* pwrite of all n bytes (looping over short writes), one hook call per request.  Errors: SCK_ERR_IO
  * naming path, size and offset. */
 int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);

@@ -4,7 +4,7 @@
 #define SCK_IO_HOOK_H
 
 typedef enum io_kind {
-    IO_OPEN, IO_PWRITE, IO_FSYNC, IO_CLOSE, IO_RENAME, IO_EXCHANGE, IO_MKDIR, IO_UNLINK, IO_RMDIR, IO_TRUNCATE, IO_NKINDS
+    IO_OPEN, IO_PWRITE, IO_FSYNC, IO_CLOSE, IO_RENAME, IO_EXCHANGE, IO_MKDIR, IO_UNLINK, IO_RMDIR, IO_TRUNCATE, IO_SETFL, IO_NKINDS
 } io_kind;
 
 /* Called before each call with its kind and the path (or the file's path for fd calls).  Returns 0 to

@@ -283,6 +283,54 @@ TEST(wstream_writer_error_reaches_caller) {
     CHECK(strstr(sck_last_error(), "File too large") != NULL);
 }
 
+/* Counts truncations and O_DIRECT switches (ctx: long[IO_NKINDS], the writer thread only) and, when
+ * ctx[IO_NKINDS] is set, fails every switch with EINVAL. */
+static int count_end_calls(void *ctx, io_kind kind, const char *path) {
+    (void)path;
+    long *n = ctx;
+    n[kind]++;
+    return kind == IO_SETFL && n[IO_NKINDS] ? EINVAL : 0;
+}
+
+/* With O_DIRECT the file's unaligned end is written through the page cache, so the file needs no
+ * truncation (a journal transaction of its own on ext4); where O_DIRECT cannot be switched off, the
+ * padded block is written and the file truncated; an aligned end needs neither.  Byte-exact each way. */
+static void check_direct_end(size_t tail, int fail_setfl) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/end%zu_%d.bin", th_tmpdir(), tail, fail_setfl);
+    size_t big = 1 << 20, n = big + 3 * WS_ALIGN + tail;
+    uint8_t *src = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    REQUIRE(src != MAP_FAILED);
+    th_fill(src, n, 61 + tail);
+    long calls[IO_NKINDS + 1] = {0};
+    calls[IO_NKINDS] = fail_setfl;
+    io_hook_set(count_end_calls, calls);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){256 << 10, 2, 1, 1, NULL}));
+    CHECK(ws_is_direct(w));
+    CHECK_OK(ws_append(w, src, big, 1));                      /* by reference */
+    CHECK_OK(ws_append(w, src + big, 3 * WS_ALIGN + tail, 0)); /* staged, the end */
+    CHECK_OK(ws_close(w));
+    io_hook_set(NULL, NULL);
+    CHECK(calls[IO_SETFL] == (tail != 0));
+    CHECK(calls[IO_TRUNCATE] == (tail && fail_setfl));
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    CHECK(got && got_n == n && memcmp(got, src, n) == 0);
+    free(got);
+    munmap(src, n);
+}
+
+TEST(wstream_direct_unaligned_end_needs_no_truncation) {
+    check_direct_end(100, 0);
+    check_direct_end(WS_ALIGN - 1, 0);
+    check_direct_end(0, 0);
+}
+TEST(wstream_direct_end_padded_and_truncated_where_o_direct_stays) {
+    check_direct_end(100, 1);
+    check_direct_end(0, 1);
+}
+
 TEST(wstream_abort_releases_without_flushing) {
     const char *dir = th_tmpdir();
     char path[4096];
