@@ -64,6 +64,30 @@ static int cmp_u64(const void *a, const void *b) {
 
 /* Random, few distinct keys (ties), sorted, reversed and nearly sorted input of many lengths: the
  * result is sorted, a permutation of the input, and equal keys keep their order. */
+/* A byte buffer appended to a few bytes at a time across the 1 MiB mark: from there its blocks are
+ * 2 MiB-aligned whole huge pages (advised before the bytes move in), and nothing appended is lost. */
+TEST(buf_grows_into_huge_page_blocks_keeping_its_bytes) {
+    size_t total = (5u << 20) + 12345;
+    uint8_t *ref = malloc(total);
+    REQUIRE(ref != NULL);
+    th_fill(ref, total, 9);
+    sck_buf b;
+    sck_buf_init(&b);
+    for (size_t off = 0; off < total;) {
+        size_t k = 1 + off % 777;
+        if (k > total - off) k = total - off;
+        REQUIRE_OK(sck_buf_append(&b, ref + off, k));
+        off += k;
+        if (b.cap >= (1u << 20)) CHECK(b.cap % (2u << 20) == 0 && ((uintptr_t)b.data & ((2u << 20) - 1)) == 0);
+        else CHECK(b.cap >= off);
+    }
+    CHECK(b.len == total && b.cap >= total && b.cap < 2 * total + (2u << 20));
+    CHECK(memcmp(b.data, ref, total) == 0);
+    sck_buf_free(&b);
+    CHECK(b.data == NULL && b.len == 0 && b.cap == 0);
+    free(ref);
+}
+
 TEST(sort_orders_any_input_stably) {
     static const size_t lens[] = {0, 1, 2, 7, 8, 9, 16, 17, 100, 1023, 4096, 50001};
     uint64_t x = 88172645463325252ull;
