@@ -78,7 +78,11 @@ static void run_faults(int no_exchange) {
             fx_save(dir, RANKS, 1, 0, rcs, msgs);
             io_hook_set(NULL, NULL);
             iterations++;
-            CHECK(f.fired);
+            /* The clean-up after the commit races: rank 0 empties the previous checkpoint's directory
+             * while the other ranks each remove their own file of it (src/commit.c), so a run makes
+             * one unlink more or less than the counting run when a rank finds its file gone. */
+            int racy = (kind == IO_UNLINK || kind == IO_RMDIR) && f.count[kind] < nth;
+            CHECK(f.fired || racy);
             for (int r = 1; r < RANKS; r++) {
                 CHECK(rcs[r] == rcs[0]);
                 CHECK(!strcmp(msgs[r], msgs[0]));
