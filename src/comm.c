@@ -120,7 +120,7 @@ int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t
 
 void comm_gather_free(const sck_comm *c, void *all) {
     if (!all) return;
-    if (comm_in_process(c)) sck_big_free(all);
+    if (comm_in_process(c)) comm_threads_gather_free(all);
     else free(all);
 }
 

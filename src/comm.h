@@ -32,11 +32,14 @@ int comm_agree(sck_comm *c, int local_status);
  * on SCK_OK *all receives the concatenated payloads (the caller frees them with comm_gather_free)
  * and counts[r] their lengths. */
 int comm_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts);
-/* Frees what comm_agree_gather returned on c (NULL allowed): thread ranks gather into sck_big_alloc'ed
- * memory (lists of megabytes, each page of a fresh malloc'ed one a fault), the backends into malloc'ed. */
+/* Frees what comm_agree_gather returned on c (NULL allowed): thread ranks share one sck_big_alloc'ed
+ * block (lists of megabytes, each page of a fresh malloc'ed one a fault; read-only), the backends
+ * gather into malloc'ed memory of each rank's own. */
 void comm_gather_free(const sck_comm *c, void *all);
-/* comm_agree_gather for thread ranks (comm_in_process): each rank copies the others' payloads
- * straight from their buffers, without the backend's allgather and its malloc'ed copies. */
+/* comm_agree_gather for thread ranks (comm_in_process): one barrier, whose last arriver decides the
+ * status and copies the payloads straight from the ranks' buffers, once, into a block every rank
+ * shares read-only (comm_threads_gather_free: the last rank to free it frees it). */
 int comm_threads_agree_gather(sck_comm *c, int local_status, const void *payload, size_t n, void **all, size_t *counts);
+void comm_threads_gather_free(void *all);
 
 #endif

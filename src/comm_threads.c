@@ -7,6 +7,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Where a rank of comm_threads_agree_gather wants the outcome: the collective's last arriver fills in
+ * every rank's before it releases them, so that the collective is one barrier. */
+typedef struct tout {
+    int want;                /* the rank passed `all` */
+    int status;
+    char msg[1200];
+    void *all;               /* the gathered bytes, shared by the ranks that want them */
+    size_t *counts;
+} tout;
+
 typedef struct tgroup {
     int size;
     pthread_mutex_t mu;
@@ -18,6 +28,7 @@ typedef struct tgroup {
     int *slot_rc;            /* per rank: local outcome, so one rank's failure fails the collective everywhere */
     size_t *slot_len;
     const char **slot_msg;   /* per rank: its error message in comm_threads_agree_gather */
+    tout **slot_out;         /* per rank: where its outcome of comm_threads_agree_gather goes */
 } tgroup;
 
 typedef struct tctx {
@@ -25,10 +36,13 @@ typedef struct tctx {
     int rank;
 } tctx;
 
-static void tg_barrier(tgroup *g) {
+/* Waits until every rank has arrived; the last one runs last(g) first (under the lock, so the others
+ * see what it wrote once they are released). */
+static void tg_barrier_last(tgroup *g, void (*last)(tgroup *)) {
     pthread_mutex_lock(&g->mu);
     unsigned long gen = g->gen;
     if (++g->waiting == g->size) {
+        if (last) last(g);
         g->waiting = 0;
         g->gen++;
         pthread_cond_broadcast(&g->cv);
@@ -37,6 +51,8 @@ static void tg_barrier(tgroup *g) {
     }
     pthread_mutex_unlock(&g->mu);
 }
+
+static void tg_barrier(tgroup *g) { tg_barrier_last(g, NULL); }
 
 static int th_allgatherv(void *vctx, const void *send, size_t n, void **recv, size_t *counts) {
     tctx *t = vctx;
@@ -117,47 +133,68 @@ static const sck_comm_ops threads_ops = {th_allgatherv, th_bcast, th_barrier, th
 
 int comm_in_process(const sck_comm *c) { return c->ops == &threads_ops; }
 
+/* The gathered bytes follow a header that counts the ranks still holding them. */
+#define SHARED_HEAD ((size_t)64)
+
+/* By the last rank to arrive: the status (the lowest failing rank's, with its message), and for
+ * every rank that wants them the gathered payloads, copied once into one block they all share. */
+static void agree_outcome(tgroup *g) {
+    int status = SCK_OK, wanting = 0;
+    char msg[1200] = "";
+    size_t total = 0;
+    for (int r = 0; r < g->size; r++) {
+        if (!status && (status = g->slot_rc[r])) snprintf(msg, sizeof msg, "rank %d: %.1100s", r, g->slot_msg[r]);
+        wanting += g->slot_out[r]->want;
+        total += g->slot_len[r];
+    }
+    uint8_t *block = NULL;
+    if (!status && wanting) {
+        if (total > SIZE_MAX - SHARED_HEAD || !(block = sck_big_alloc(SHARED_HEAD + total))) {
+            status = SCK_ERR_NOMEM;
+            snprintf(msg, sizeof msg, "threads backend: out of memory gathering %zu bytes from %d ranks", total, g->size);
+        } else {
+            *(int *)(void *)block = wanting;
+            size_t off = SHARED_HEAD;
+            for (int r = 0; r < g->size; r++) {
+                if (g->slot_len[r]) memcpy(block + off, g->slot_ptr[r], g->slot_len[r]);
+                off += g->slot_len[r];
+            }
+        }
+    }
+    for (int r = 0; r < g->size; r++) {
+        tout *o = g->slot_out[r];
+        o->status = status;
+        memcpy(o->msg, msg, sizeof msg);
+        if (status || !o->want) continue;
+        o->all = block + SHARED_HEAD;
+        for (int k = 0; k < g->size; k++) o->counts[k] = g->slot_len[k];
+    }
+}
+
 int comm_threads_agree_gather(sck_comm *c, int local, const void *payload, size_t n, void **all, size_t *counts) {
     tctx *t = c->ctx;
     tgroup *g = t->g;
+    tout out;
+    out.want = all != NULL;
+    out.all = NULL;
+    out.counts = counts;
     g->slot_ptr[t->rank] = payload;
-    g->slot_len[t->rank] = local ? 0 : n;
-    g->slot_msg[t->rank] = local ? sck_last_error() : ""; /* this thread's buffer: unchanged until the next barrier */
+    g->slot_len[t->rank] = local || !all ? 0 : n;
+    g->slot_msg[t->rank] = local ? sck_last_error() : ""; /* this thread's buffer: unchanged until the barrier */
     g->slot_rc[t->rank] = local;
-    tg_barrier(g);
-    int status = SCK_OK, rc = SCK_OK;
-    char msg[1200];
-    for (int r = 0; r < g->size && !status; r++)
-        if ((status = g->slot_rc[r])) snprintf(msg, sizeof msg, "rank %d: %.1100s", r, g->slot_msg[r]);
-    uint8_t *p = NULL;
-    if (!status && all) {
-        size_t total = 0;
-        for (int r = 0; r < g->size; r++) total += g->slot_len[r];
-        if (!(p = sck_big_alloc(total))) rc = SCK_ERR_NOMEM;
-        size_t off = 0;
-        for (int r = 0; p && r < g->size; r++) {
-            if (g->slot_len[r]) memcpy(p + off, g->slot_ptr[r], g->slot_len[r]);
-            counts[r] = g->slot_len[r];
-            off += g->slot_len[r];
-        }
+    g->slot_out[t->rank] = &out;
+    tg_barrier_last(g, agree_outcome); /* nobody reads the slots after it: the next collective may fill them */
+    if (out.status) {
+        sck_err_set_raw(out.msg);
+        return out.status;
     }
-    tg_barrier(g); /* every rank has read the slots: payloads and messages may change now */
-    if (status) {
-        sck_err_set_raw(msg);
-        return status;
-    }
-    if (!all) return SCK_OK;
-    g->slot_rc[t->rank] = rc; /* a rank out of memory fails the gather everywhere */
-    tg_barrier(g);
-    for (int r = 0; r < g->size; r++)
-        if (g->slot_rc[r]) rc = g->slot_rc[r];
-    tg_barrier(g); /* slot_rc is reused by the next collective */
-    if (rc) {
-        sck_big_free(p);
-        return sck_err(rc, "threads backend: a rank ran out of memory in an allgather");
-    }
-    *all = p;
+    if (all) *all = out.all;
     return SCK_OK;
+}
+
+void comm_threads_gather_free(void *all) {
+    uint8_t *block = (uint8_t *)all - SHARED_HEAD;
+    if (__atomic_sub_fetch((int *)(void *)block, 1, __ATOMIC_ACQ_REL) == 0) sck_big_free(block);
 }
 
 typedef struct trun {
@@ -190,11 +227,12 @@ int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg)
     g.slot_len = calloc((size_t)nranks, sizeof *g.slot_len);
     g.slot_rc = calloc((size_t)nranks, sizeof *g.slot_rc);
     g.slot_msg = calloc((size_t)nranks, sizeof *g.slot_msg);
+    g.slot_out = calloc((size_t)nranks, sizeof *g.slot_out);
     trun *runs = calloc((size_t)nranks, sizeof *runs);
     pthread_t *tids = calloc((size_t)nranks, sizeof *tids);
     int rc = SCK_OK;
     int nctx = 0;
-    if (!g.slot_ptr || !g.slot_len || !g.slot_rc || !g.slot_msg || !runs || !tids) {
+    if (!g.slot_ptr || !g.slot_len || !g.slot_rc || !g.slot_msg || !g.slot_out || !runs || !tids) {
         rc = sck_err(SCK_ERR_NOMEM, "sck_threads_run: out of memory for %d ranks", nranks);
         goto out;
     }
@@ -247,6 +285,7 @@ out:
     free(g.slot_len);
     free(g.slot_rc);
     free(g.slot_msg);
+    free(g.slot_out);
     free(runs);
     free(tids);
     return rc;
