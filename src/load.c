@@ -186,8 +186,9 @@ static int agree_opened(sck_comm *comm, int local, sck_ckpt **ck) {
 }
 
 /* Thread-ranks of one process: rank 0 decodes .metadata and the others read its model through a
- * broadcast pointer (ckpt_share); each still opens its own files and keeps its own caches.  Every
- * rank that gets the pointer holds a reference; rank 0 drops those of ranks that never got it. */
+ * pointer it shares with its status in one agreement (ckpt_share); each still opens its own files and
+ * keeps its own caches.  Every rank that gets the pointer holds a reference; rank 0 drops those of
+ * ranks that never got it. */
 static int open_shared(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     ck_shared *s = NULL;
     int local = SCK_OK;
@@ -195,26 +196,21 @@ static int open_shared(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         local = ckpt_open_dcp(dir, ck, NULL, NULL);
         if (!local) local = ckpt_share(*ck, comm->size - 1, &s);
     }
-    int rc = agree_opened(comm, local, ck);
-    if (rc) {
-        if (s) ckpt_shared_release(s, comm->size - 1);
+    size_t *counts = calloc((size_t)comm->size, sizeof *counts);
+    if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
+    void *all = NULL;
+    int rc = counts ? comm_agree_gather(comm, local, &s, comm->rank == 0 ? sizeof s : 0, &all, counts) : comm_agree(comm, local);
+    if (!rc && counts[0] != sizeof s) rc = sck_err(SCK_ERR_COMM, "%s: rank 0 shared %zu bytes for its model, not a pointer", dir, counts[0]);
+    if (!rc && comm->rank != 0) memcpy(&s, all, sizeof s);
+    comm_gather_free(comm, all);
+    free(counts);
+    if (rc) { /* every rank sees the failure */
+        if (comm->rank == 0 && s) ckpt_shared_release(s, comm->size - 1);
+        if (*ck) sck_ckpt_close(*ck);
+        *ck = NULL;
         return rc;
     }
-    void *buf = &s;
-    size_t n = sizeof s;
-    if ((rc = comm_bcast(comm, &buf, &n, 0))) { /* every rank sees the failure */
-        if (comm->rank == 0) {
-            ckpt_shared_release(s, comm->size - 1);
-            sck_ckpt_close(*ck);
-            *ck = NULL;
-        }
-        return rc;
-    }
-    if (comm->rank != 0) {
-        memcpy(&s, buf, sizeof s);
-        free(buf);
-        local = ckpt_from_shared(dir, s, ck);
-    }
+    if (comm->rank != 0) local = ckpt_from_shared(dir, s, ck);
     return agree_opened(comm, local, ck);
 }
 
