@@ -137,8 +137,7 @@ enum { OP_SAVE, OP_SAVE_DIRECT, OP_LOAD_ROWS, OP_LOAD_COLS, OP_ASYNC, OP_MEMCPY,
 
 #define MAX_RANKS 64
 /* The async stall is tens of ms at 256 MiB, where one scheduler hiccup on a 2-CPU machine is a third of
- * it: each repeat takes the best of this many stalls (saves 2, 3, 4 through one handle) and of as many
- * memcpy baselines. */
+ * it: each repeat takes the best of this many stalls and of as many memcpy baselines. */
 #define ASYNC_SAMPLES 3
 
 typedef struct job {
@@ -148,12 +147,11 @@ typedef struct job {
     int op;
     char err[1024];
     uint8_t *copy_to;         /* OP_MEMCPY: destination region, laid out like mem */
-    /* When each rank started and finished the timed part (OP_ASYNC: all the saves, s0/s1 each
-     * measured one; OP_MEMCPY: its copy).  The time of an op is from the first start to the last finish: thread
+    /* When each rank started and finished the timed part (OP_ASYNC: its second sck_save_async;
+     * OP_MEMCPY: its copy).  The time of an op is from the first start to the last finish: thread
      * ranks on few CPUs do not all start at once, and one rank's own interval would leave out work
      * the others did before it started (or, in a collective, count their late start as its wait). */
     double t0[MAX_RANKS], t1[MAX_RANKS];
-    double s0[ASYNC_SAMPLES][MAX_RANKS], s1[ASYNC_SAMPLES][MAX_RANKS]; /* OP_ASYNC: each measured save */
 } job;
 
 static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n, int by_cols) {
@@ -178,18 +176,17 @@ static int add_boxes(sck_state *st, const layout *L, uint8_t *mem, int r, int n,
     return SCK_OK;
 }
 
-/* 1 + ASYNC_SAMPLES async saves through one handle (all but the first reuse the snapshot memory, as
- * a training loop would); each of those is a sample of the stall: how long its sck_save_async blocked. */
+/* Two async saves through one handle (the second reuses the snapshot memory, as a training loop
+ * would); each rank's stall is the second sck_save_async. */
 static int async_saves(sck_comm *c, job *j, sck_state *st) {
     int r = sck_comm_rank(c);
     sck_async *h = sck_async_new();
     int rc = h ? SCK_OK : SCK_ERR_NOMEM;
-    for (int it = 0; it <= ASYNC_SAMPLES && !rc; it++) {
+    for (int it = 0; it < 2 && !rc; it++) {
         rc = sck_comm_agree(c, rc);
-        double t0 = now_s();
+        j->t0[r] = now_s();
         if (!rc) rc = sck_save_async(h, c, j->dir, st, NULL);
-        double t1 = now_s();
-        if (it > 0) j->s0[it - 1][r] = t0, j->s1[it - 1][r] = t1;
+        j->t1[r] = now_s();
         if (!rc) rc = sck_wait(h);
     }
     sck_async_free(h);
@@ -227,7 +224,7 @@ static int rank_fn(sck_comm *c, void *arg) {
         sck_load_opts lo = {j->op == OP_LOAD_DIRECT ? SCK_LOAD_DIRECT_IO : 0, {0}};
         rc = sck_load(c, j->dir, st, &lo);
     }
-    if (j->op != OP_MEMCPY) j->t1[r] = now_s();
+    if (j->op != OP_ASYNC && j->op != OP_MEMCPY) j->t1[r] = now_s();
     if (r == 0 && rc) snprintf(j->err, sizeof j->err, "%s", sck_last_error());
     sck_state_free(st);
     return rc;
@@ -236,16 +233,6 @@ static int rank_fn(sck_comm *c, void *arg) {
 static const char *op_name(int op) {
     static const char *const names[] = {"save", "direct save", "load", "column load", "async save", "memcpy", "direct load"};
     return names[op];
-}
-
-/* First start to last finish over the ranks. */
-static double span(const double *t0, const double *t1, int nranks) {
-    double first = t0[0], last = t1[0];
-    for (int r = 1; r < nranks && r < MAX_RANKS; r++) {
-        first = t0[r] < first ? t0[r] : first;
-        last = t1[r] > last ? t1[r] : last;
-    }
-    return last - first;
 }
 
 /* Runs op on nranks thread-ranks; returns its seconds (first start to last finish, see job), or -1. */
@@ -261,15 +248,12 @@ static double run_sck_to(const layout *L, uint8_t *mem, uint8_t *copy_to, int nr
         fprintf(stderr, "bench: shardckpt %s with %d ranks failed: %s\n", op_name(op), nranks, j.err);
         return -1;
     }
-    if (op == OP_ASYNC) { /* the best sample */
-        double b = -1;
-        for (int k = 0; k < ASYNC_SAMPLES; k++) {
-            double t = span(j.s0[k], j.s1[k], nranks);
-            b = b < 0 || t < b ? t : b;
-        }
-        return b;
+    double first = j.t0[0], last = j.t1[0];
+    for (int r = 1; r < nranks && r < MAX_RANKS; r++) {
+        first = j.t0[r] < first ? j.t0[r] : first;
+        last = j.t1[r] > last ? j.t1[r] : last;
     }
-    return span(j.t0, j.t1, nranks);
+    return last - first;
 }
 
 static double run_sck(const layout *L, uint8_t *mem, int nranks, const char *dir, int op, uint64_t *rss_extra) {
@@ -431,9 +415,12 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
         if (!rc && cols) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_COLS, &co);
         if (!rc && dio) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_DIRECT, &ld);
         if (!rc && dio) rc = sck_phase(L, src, src, R, ck, OP_SAVE_DIRECT, &wd);
-        if (!rc) rc = sck_phase(L, src, src, R, ck, OP_ASYNC, &as);
-        for (int k = 0; k < ASYNC_SAMPLES && !rc; k++) { /* the stall's baseline, into memory already faulted in (dst) */
-            double t = run_sck_to(L, src, dst, R, ck, OP_MEMCPY, NULL);
+        /* The stall and its baseline, both right after a save's sck_wait (a memcpy of the state runs up to
+         * 5 times slower then than after another memcpy, on this VM), ASYNC_SAMPLES times. */
+        for (int k = 0; k < ASYNC_SAMPLES && !rc; k++) {
+            rc = sck_phase(L, src, src, R, ck, OP_ASYNC, &as);
+            if (rc) break;
+            double t = run_sck_to(L, src, dst, R, ck, OP_MEMCPY, NULL); /* into memory already faulted in (dst) */
             if (t < 0) rc = -1;
             as.raw = best(as.raw, t);
         }
