@@ -415,8 +415,9 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
         if (!rc && cols) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_COLS, &co);
         if (!rc && dio) rc = sck_phase(L, src, dst, R, ck, OP_LOAD_DIRECT, &ld);
         if (!rc && dio) rc = sck_phase(L, src, src, R, ck, OP_SAVE_DIRECT, &wd);
-        /* The stall and its baseline, both right after a save's sck_wait (a memcpy of the state runs up to
-         * 5 times slower then than after another memcpy, on this VM), ASYNC_SAMPLES times. */
+        /* The stall and its baseline, both right after a save's sck_wait, ASYNC_SAMPLES times: in a driver
+         * on this VM a memcpy of the state by the ranks right after sck_wait took up to 5 times as long as
+         * one right after another memcpy, so neither side may sit elsewhere. */
         for (int k = 0; k < ASYNC_SAMPLES && !rc; k++) {
             rc = sck_phase(L, src, src, R, ck, OP_ASYNC, &as);
             if (rc) break;
