@@ -19,6 +19,15 @@ static uint8_t *read_all(const char *path, size_t *n) {
     return sck_read_file(path, &d, n) == SCK_OK ? d : NULL;
 }
 
+/* 1 if the file at path holds exactly the n bytes at want. */
+static int file_is(const char *path, const void *want, size_t n) {
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    int same = got && got_n == n && memcmp(got, want, n) == 0;
+    free(got);
+    return same;
+}
+
 /* Appends a fixed mix of pieces (tiny, unaligned, large aligned, large unaligned) from `src`. */
 static int append_mix(wstream *w, const uint8_t *src, size_t *total) {
     static const size_t sizes[] = {3, 100, 4093, 1 << 20, 7, (1 << 20) + 5, 300000, 64, 2 << 20, 1};
@@ -138,10 +147,7 @@ static void check_small_pieces(int direct) {
     CHECK(i == 6000 && ws_pos(w) == n);
     CHECK(ws_copied(w) == copied);
     CHECK_OK(ws_close(w));
-    size_t got_n = 0;
-    uint8_t *got = read_all(path, &got_n);
-    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
-    free(got);
+    CHECK(file_is(path, want, n));
     free(want);
     free(src);
 }
@@ -191,10 +197,7 @@ static void check_headers_between_large_pieces(int direct, uint64_t stage, int e
     CHECK_OK(ws_close(w));
     io_hook_set(NULL, NULL);
     if (expect_no_wait) CHECK(writes == items + 1); /* header + piece each, then the tail */
-    size_t got_n = 0;
-    uint8_t *got = read_all(path, &got_n);
-    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
-    free(got);
+    CHECK(file_is(path, want, n));
     free(want);
     munmap(src, cap);
 }
@@ -314,10 +317,7 @@ static void check_direct_end(size_t tail, int fail_setfl) {
     io_hook_set(NULL, NULL);
     CHECK(calls[IO_SETFL] == (tail != 0));
     CHECK(calls[IO_TRUNCATE] == (tail && fail_setfl));
-    size_t got_n = 0;
-    uint8_t *got = read_all(path, &got_n);
-    CHECK(got && got_n == n && memcmp(got, src, n) == 0);
-    free(got);
+    CHECK(file_is(path, src, n));
     munmap(src, n);
 }
 
@@ -379,10 +379,7 @@ static void check_const_pieces(int direct) {
     CHECK(ws_copied(w) == copied);
     CHECK(ws_pos(w) == n);
     CHECK_OK(ws_close(w));
-    size_t got_n = 0;
-    uint8_t *got = read_all(path, &got_n);
-    CHECK(got && got_n == n && memcmp(got, want, n) == 0);
-    free(got);
+    CHECK(file_is(path, want, n));
     free(want);
     munmap(src, cap);
 }
@@ -409,10 +406,7 @@ TEST(wstream_pool_reuses_staging_buffers) {
         REQUIRE_OK(ws_open(&w, path, &o));
         for (size_t k = 0; k < n; k += 4096) CHECK_OK(ws_append(w, src + k, 4096, 0)); /* all staged */
         CHECK_OK(ws_close(w));
-        size_t got_n = 0;
-        uint8_t *got = read_all(path, &got_n);
-        CHECK(got && got_n == n && memcmp(got, src, n) == 0);
-        free(got);
+        CHECK(file_is(path, src, n));
         /* buffer 0 is taken first; buffer 1 only if the writer still held 0 when the next was needed */
         CHECK(pool.size == stage && pool.buf[0]);
         if (round == 0) first[0] = pool.buf[0], first[1] = pool.buf[1];
