@@ -221,7 +221,7 @@ int save_prepare_items(save_job *j, const sck_state *st) {
 /* The alignment padding before a large payload, as constant memory: its page-aligned part goes to
  * the writer by reference (ws_append_const), not through the staging buffer, whose fresh pages each
  * fault when first written.  On the benchmark's VM (shadow page tables) 32 KiB of padding copied per
- * 2 MiB tensor made the faults a third of an 8-rank O_DIRECT save's CPU. */
+ * 2 MiB tensor made the faults a quarter of an 8-rank O_DIRECT save's CPU. */
 #define PAD16 ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, \
               ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, \
               ZIP_PAD_BYTE, ZIP_PAD_BYTE
