@@ -78,21 +78,18 @@ const char *sck_status_name(int status) {
 
 /* ---- buffers ---- */
 
-/* A buffer that grows to BUF_HUGE_MIN or more (an encoder's: a `.metadata` of 80 000 chunks is 10 MB)
+#define HUGE_MIN ((size_t)1 << 20)
+#define HUGE_PAGE ((size_t)2 << 20)
+
+static size_t huge_len(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
+
+/* A buffer that grows to HUGE_MIN or more (an encoder's: a `.metadata` of 80 000 chunks is 10 MB)
  * moves into a block of whole 2 MiB pages, 2 MiB-aligned and advised MADV_HUGEPAGE before its bytes are
  * copied in, so that it faults in a huge page at a time: on the benchmark's VM (shadow page tables)
  * each first touch of a 4 KiB page costs 11 us, and glibc maps large blocks afresh (and unmaps them)
  * save after save; rank 0's encoding of an 8-rank save of 10 000 tensors took 3 500 faults.  Advice
  * only, on memory malloc owns and frees.  (Blocks from sck_big_alloc did worse: glibc then kept mapping
  * the process's other large blocks afresh, twice the faults in all.) */
-#define BUF_HUGE_MIN ((size_t)1 << 20)
-#define BUF_HUGE_PAGE ((uintptr_t)2 << 20)
-
-static void advise_huge(uint8_t *p, size_t n) {
-    uintptr_t a = ((uintptr_t)p + BUF_HUGE_PAGE - 1) & ~(BUF_HUGE_PAGE - 1), e = ((uintptr_t)p + n) & ~(BUF_HUGE_PAGE - 1);
-    if (e > a) madvise((void *)a, (size_t)(e - a), MADV_HUGEPAGE); /* advice only */
-}
-
 void sck_buf_init(sck_buf *b) { b->data = NULL; b->len = b->cap = 0; }
 
 void sck_buf_free(sck_buf *b) {
@@ -107,12 +104,13 @@ int sck_buf_reserve(sck_buf *b, size_t extra) {
     size_t cap = b->cap ? b->cap : 256;
     while (cap < need) cap = cap > SIZE_MAX / 2 ? need : cap * 2;
     uint8_t *p;
-    if (cap < BUF_HUGE_MIN) {
+    if (cap < HUGE_MIN) {
         if (!(p = realloc(b->data, cap))) return SCK_ERR_NOMEM;
     } else {
-        cap = (cap + BUF_HUGE_PAGE - 1) & ~(size_t)(BUF_HUGE_PAGE - 1);
-        if (!(p = aligned_alloc(BUF_HUGE_PAGE, cap))) return SCK_ERR_NOMEM;
-        advise_huge(p, cap);
+        if (cap > SIZE_MAX - HUGE_PAGE) return SCK_ERR_NOMEM;
+        cap = huge_len(cap);
+        if (!(p = aligned_alloc(HUGE_PAGE, cap))) return SCK_ERR_NOMEM;
+        madvise(p, cap, MADV_HUGEPAGE); /* advice only */
         if (b->len) memcpy(p, b->data, b->len);
         free(b->data);
     }
@@ -316,15 +314,9 @@ int sck_numel(int ndim, const int64_t *shape, uint64_t *out) {
     return 0;
 }
 
-#define HUGE_MIN ((size_t)1 << 20)
-
 #ifndef MADV_POPULATE_WRITE
 #define MADV_POPULATE_WRITE 23
 #endif
-
-#define HUGE_PAGE ((size_t)2 << 20)
-
-static size_t huge_len(size_t n) { return (n + HUGE_PAGE - 1) / HUGE_PAGE * HUGE_PAGE; }
 
 /* A mapping of len bytes (a multiple of HUGE_PAGE) that starts on a HUGE_PAGE boundary, advised
  * MADV_HUGEPAGE (a huge page needs its 2 MiB-aligned frame: an unaligned mapping of 3 MiB gets none). */
