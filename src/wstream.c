@@ -300,6 +300,14 @@ static void add_piece(wstream *w, const uint8_t *p, uint64_t n) {
     w->pos += n;
 }
 
+/* Adds n bytes at p to the current batch by reference (taking a buffer for its list if none). */
+static int add_ref(wstream *w, const uint8_t *p, uint64_t n) {
+    int rc;
+    if (w->cur < 0 && (rc = take_buf(w))) return rc;
+    add_piece(w, p, n);
+    return after_piece(w);
+}
+
 static int copy_in(wstream *w, const uint8_t *p, uint64_t n) {
     while (n > 0) {
         int rc;
@@ -354,22 +362,16 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
         /* A small tensor goes into the batch's list as it is: the kernel copies it into the page
          * cache, where copying it into staging first took a second pass over it and faulted in the
          * staging buffer on every save. */
-        if (w->cur < 0 && (rc = take_buf(w))) return rc;
-        add_piece(w, b, n);
-        return after_piece(w);
+        return add_ref(w, b, n);
     }
     return copy_in(w, b, n);
 }
 
 int ws_append_const(wstream *w, const void *p, uint64_t n) {
     const uint8_t *b = p;
-    int rc;
     if (n == 0) return SCK_OK;
     int by_ref = w->direct ? (w->pos | (uintptr_t)b | n) % WS_ALIGN == 0 : n >= WS_IOV_MIN;
-    if (!by_ref) return copy_in(w, b, n);
-    if (w->cur < 0 && (rc = take_buf(w))) return rc;
-    add_piece(w, b, n);
-    return after_piece(w);
+    return by_ref ? add_ref(w, b, n) : copy_in(w, b, n);
 }
 
 uint64_t ws_pos(const wstream *w) { return w->pos; }
