@@ -326,9 +326,10 @@ typedef struct sck_save_opts {
  *  modify (or free) any tensor buffer of the state until sck_wait returns. */
 #define SCK_SAVE_NO_COPY 0x4u
 /** sck_save_async only: the background writer runs at the caller's CPU
- *  priority.  By default (Linux) it runs 10 nice levels below the calling
- *  thread (at most 19), so that it yields the CPU to the caller's threads;
- *  on idle CPUs that costs it nothing. */
+ *  priority and scheduling policy.  By default (Linux) it runs 10 nice levels
+ *  below the calling thread (at most 19) and under SCHED_BATCH (its wake-ups
+ *  do not preempt other threads), so that it yields the CPU to the caller's
+ *  threads; on idle CPUs that costs it nothing. */
 #define SCK_SAVE_FULL_PRIORITY 0x8u
 
 /**

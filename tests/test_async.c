@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sched.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/resource.h>
@@ -261,11 +262,13 @@ TEST(async_free_with_pending_save_abandons_it) {
     world_free(&w);
 }
 
-/* ---- the background writer yields the CPU: it runs 10 nice levels below its caller ---- */
+/* ---- the background writer yields the CPU: it runs 10 nice levels below its caller, SCHED_BATCH ---- */
 
 typedef struct nice_ctx {
     int data_lo, data_hi;     /* nice values seen by writes of the data files (the writer threads) */
     int meta;                 /* and by the write of .metadata (rank 0's own thread, in sck_wait) */
+    int data_batch, data_other; /* data file writes made under SCHED_BATCH, under any other policy */
+    int meta_policy;
 } nice_ctx;
 
 static int record_nice(void *ctx, io_kind kind, const char *path) {
@@ -274,7 +277,9 @@ static int record_nice(void *ctx, io_kind kind, const char *path) {
     errno = 0;
     int v = getpriority(PRIO_PROCESS, 0); /* Linux: the calling thread */
     if (errno) v = 100;
+    int pol = sched_getscheduler(0); /* Linux: the calling thread */
     if (strstr(path, ".distcp")) {
+        __atomic_add_fetch(pol == SCHED_BATCH ? &n->data_batch : &n->data_other, 1, __ATOMIC_SEQ_CST);
         int lo = __atomic_load_n(&n->data_lo, __ATOMIC_SEQ_CST), hi = __atomic_load_n(&n->data_hi, __ATOMIC_SEQ_CST);
         while (v < lo && !__atomic_compare_exchange_n(&n->data_lo, &lo, v, 0, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
         }
@@ -282,12 +287,13 @@ static int record_nice(void *ctx, io_kind kind, const char *path) {
         }
     } else if (strstr(path, "/.metadata") && !strstr(path, ".sck")) {
         __atomic_store_n(&n->meta, v, __ATOMIC_SEQ_CST);
+        __atomic_store_n(&n->meta_policy, pol, __ATOMIC_SEQ_CST);
     }
     return 0;
 }
 
 static void save_recording_nice(world *w, unsigned flags, nice_ctx *n) {
-    *n = (nice_ctx){100, -100, 100};
+    *n = (nice_ctx){100, -100, 100, 0, 0, -1};
     w->flags = flags;
     io_hook_set(record_nice, n);
     run(w);
@@ -296,6 +302,7 @@ static void save_recording_nice(world *w, unsigned flags, nice_ctx *n) {
 }
 
 TEST(async_writer_runs_below_the_callers_priority_unless_asked) {
+    REQUIRE(sched_getscheduler(0) == SCHED_OTHER); /* the test's own threads: the policy the writer leaves */
     world w;
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -308,9 +315,12 @@ TEST(async_writer_runs_below_the_callers_priority_unless_asked) {
     save_recording_nice(&w, 0, &n);
     CHECK(n.data_lo == low && n.data_hi == low); /* every data file write, on every rank */
     CHECK(n.meta == base);                       /* sck_wait's own writes stay at the caller's */
+    CHECK(n.data_batch > 0 && n.data_other == 0); /* its wake-ups never preempt the caller's threads */
+    CHECK(n.meta_policy == SCHED_OTHER);
     CHECK(load_matches(&w));
     save_recording_nice(&w, SCK_SAVE_FULL_PRIORITY, &n);
     CHECK(n.data_lo == base && n.data_hi == base);
+    CHECK(n.data_batch == 0 && n.data_other > 0 && n.meta_policy == SCHED_OTHER);
     CHECK(load_matches(&w));
     errno = 0;
     CHECK(getpriority(PRIO_PROCESS, 0) == base && errno == 0); /* the caller's thread is left alone */
