@@ -135,6 +135,8 @@ struct sck_ckpt {
     size_t nsegs, capsegs;
     int plan_failed;                /* planning this rank's share of the checks failed (1: out of memory,
                                      * 2: a malformed list from a rank): the load must fail */
+    int files_disjoint;             /* the load's ranks read disjoint sets of files (lc_assign): no item
+                                     * is checked by combining CRCs, so no rank has segs to share */
     int rank, nranks;               /* this reader among a load's ranks (0 of 1 outside a load) */
     int one_cache;                  /* the load's ranks share one page cache (thread ranks): what one
                                      * reads, the others then find there (load_checks' owners) */

@@ -515,6 +515,7 @@ int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int l
     /* The model is the same on every rank, so every rank takes the same branch. */
     if (comm->size == 1 || !any_checksum(&ck->m)) return SCK_OK;
     int disjoint = 0, agreed = files_disjoint(comm, ck, r, local, &disjoint);
+    ck->files_disjoint = !agreed && disjoint;
     if (agreed || disjoint) return agreed;
     size_t wlen = 0, nrec = 0;
     uint8_t *wire = NULL;
@@ -591,6 +592,9 @@ int lc_finish(sck_comm *comm, sck_ckpt *ck, int local) {
     if (comm->size == 1 || !any_checksum(&ck->m)) return comm_agree(comm, local);
     if (!local && ck->plan_failed == 2) local = sck_err(SCK_ERR_FORMAT, "%s: a rank's list of the items it reads is malformed: checksum checks not planned", ck->dir);
     else if (!local && ck->plan_failed) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory planning checksum checks", ck->dir);
+    /* Every rank knows it alike (lc_assign): the ranks checked whole items only, there is nothing to
+     * gather, and the load's last collective is one agreement, not two. */
+    if (ck->files_disjoint) return comm_agree(comm, local);
     size_t *counts = calloc((size_t)comm->size, sizeof *counts);
     if (!counts) return comm_agree(comm, sck_err(SCK_ERR_NOMEM, "%s: out of memory combining checksums", ck->dir));
     void *all = NULL;

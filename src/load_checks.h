@@ -54,8 +54,9 @@ int lc_owner(const lc_need *const *all, const size_t *n, int nranks, uint64_t it
  * ranks then plan their hand-overs (lc_handoff: two more collectives). */
 int lc_assign(sck_comm *comm, sck_ckpt *ck, const ck_want *w, ck_reads *r, int local);
 
-/* Collective, load's final agreement on `local` (one comm_agree when size == 1 or the checkpoint has
- * no checksums; else one comm_agree_gather of every rank's ck->segs, then one comm_agree): rank r
+/* Collective, load's final agreement on `local` (one comm_agree when size == 1, the checkpoint has
+ * no checksums or the ranks read disjoint files; else one comm_agree_gather of every rank's ck->segs,
+ * then one comm_agree): rank r
  * combines, in offset order, the segments of the combined items numbered r modulo the world size and
  * compares each result with the metadata.  Returns the agreed status: any rank's error, or SCK_ERR_CHECKSUM naming file, key and
  * item offset (also when the parts leave bytes of the item unchecked). */
