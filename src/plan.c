@@ -562,22 +562,30 @@ static int build(const uint8_t *const *parts, const size_t *lens, int nranks, in
     return rc;
 }
 
-int plan_build_ex(const uint8_t *all, const size_t *counts, int nranks, int only_rank, save_plan *out) {
-    const uint8_t **parts = malloc((size_t)(nranks > 0 ? nranks : 1) * sizeof *parts);
-    if (!parts) {
-        memset(out, 0, sizeof *out);
+int plan_build_ex(const uint8_t *all, const size_t *counts, size_t skip, int nranks, int only_rank, save_plan *out) {
+    memset(out, 0, sizeof *out);
+    size_t n = (size_t)(nranks > 0 ? nranks : 1);
+    const uint8_t **parts = malloc(n * sizeof *parts);
+    size_t *lens = malloc(n * sizeof *lens);
+    if (!parts || !lens) {
+        free(parts);
+        free(lens);
         return nomem();
     }
     size_t off = 0;
-    for (int r = 0; r < nranks; r++) {
-        parts[r] = all + off;
+    int rc = SCK_OK;
+    for (int r = 0; r < nranks && !rc; r++) {
+        if (counts[r] < skip) rc = sck_err(SCK_ERR_FORMAT, "rank %d's save plan: %zu bytes, shorter than its %zu-byte header", r, counts[r], skip);
+        parts[r] = all + off + skip;
+        lens[r] = counts[r] - skip;
         off += counts[r];
     }
-    int rc = build(parts, counts, nranks, only_rank, out);
+    if (!rc) rc = build(parts, lens, nranks, only_rank, out);
     free(parts);
+    free(lens);
     return rc;
 }
 
 int plan_build(const uint8_t *all, const size_t *counts, int nranks, save_plan *out) {
-    return plan_build_ex(all, counts, nranks, -1, out);
+    return plan_build_ex(all, counts, 0, nranks, -1, out);
 }

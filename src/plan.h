@@ -38,8 +38,10 @@ typedef struct save_plan {
 int plan_build(const uint8_t *all, const size_t *counts, int nranks, save_plan *out);
 
 /* The same; only_rank >= 0: check everything as plan_build does (same errors), but keep only that
- * rank's items and no model (the items' entry/chunk indexes are still those of the full model). */
-int plan_build_ex(const uint8_t *all, const size_t *counts, int nranks, int only_rank, save_plan *out);
+ * rank's items and no model (the items' entry/chunk indexes are still those of the full model).  Each
+ * rank's part of `all` starts with `skip` bytes that are not its plan (a part shorter than that:
+ * SCK_ERR_FORMAT). */
+int plan_build_ex(const uint8_t *all, const size_t *counts, size_t skip, int nranks, int only_rank, save_plan *out);
 
 void plan_free(save_plan *p);
 

@@ -73,16 +73,23 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
 
 /* Rank 0's commit id, and whether every rank keeps a plan for its state from one and the same
  * exchange (the same ranks, the same structures: the same plan again), from collective 1's records. */
-static int read_rec1(const uint8_t *all, const size_t *counts, int nranks, char *id, int *reuse) {
+/* Collective 1's records: REC1 bytes from every rank, then its local plan unless it keeps one for its
+ * state (its flag byte 1).  Gives rank 0's commit id; *reuse: every rank keeps the plan of the same
+ * exchange; *plans: every rank sent its plan (none keeps one), so no second exchange is needed. */
+static int read_rec1(const uint8_t *all, const size_t *counts, int nranks, char *id, int *reuse, int *plans) {
     *reuse = 1;
-    for (int k = 0; k < nranks; k++) {
-        if (counts[k] != REC1) return sck_err(SCK_ERR_FORMAT, "rank %d sent a %zu-byte save header, expected %d", k, counts[k], REC1);
-        const uint8_t *rec = all + (size_t)k * REC1;
+    *plans = 1;
+    const uint8_t *rec = all;
+    for (int k = 0; k < nranks; rec += counts[k], k++) {
+        int keeps = counts[k] >= REC1 && rec[ID_REC] == 1;
+        if (counts[k] < REC1 || (keeps && counts[k] != REC1))
+            return sck_err(SCK_ERR_FORMAT, "rank %d sent a %zu-byte save header, expected %d%s", k, counts[k], REC1, keeps ? "" : " or more");
         if (k == 0) {
             memcpy(id, rec, COMMIT_ID_LEN);
             id[COMMIT_ID_LEN] = 0;
         }
-        if (rec[ID_REC] != 1 || memcmp(rec + ID_REC + 1, all + ID_REC + 1, ID_REC)) *reuse = 0;
+        if (!keeps || memcmp(rec + ID_REC + 1, all + ID_REC + 1, ID_REC)) *reuse = 0;
+        if (keeps) *plans = 0;
     }
     return SCK_OK;
 }
@@ -138,20 +145,30 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     size_t counts_stack[1];
     size_t *counts = comm->size == 1 ? counts_stack : calloc((size_t)comm->size, sizeof *counts);
     if (!counts && !local) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
+    /* A rank that keeps no plan for its state sends its local plan with its record: where none keeps
+     * one (every sck_save, an async save's first), that is the whole exchange. */
+    sck_buf mine;
+    sck_buf_init(&mine);
+    if (!local && sck_buf_append(&mine, rec, sizeof rec)) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
+    if (!local && rec[ID_REC] != 1) local = plan_encode_local(st, &mine);
     void *all = NULL;
-    int rc = counts ? comm_agree_gather(comm, local, rec, sizeof rec, &all, counts) : save_fail_collectively(comm, local);
+    int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : save_fail_collectively(comm, local);
+    sck_buf_free(&mine);
     /* From here on every rank sees the same bytes, so takes the same branches. */
     char id[COMMIT_ID_LEN + 1];
-    int reuse = 0;
-    if (!rc) rc = read_rec1(all, counts, comm->size, id, &reuse);
-    comm_gather_free(comm, all);
-    all = NULL;
-    if (!rc && !reuse) {
-        sck_buf mine;
+    int reuse = 0, plans = 0;
+    size_t skip = REC1; /* the plans in `all` follow each rank's record */
+    if (!rc) rc = read_rec1(all, counts, comm->size, id, &reuse, &plans);
+    if (rc || reuse || !plans) {
+        comm_gather_free(comm, all);
+        all = NULL;
+    }
+    if (!rc && !reuse && !plans) { /* some ranks keep a plan, not all the same: collective 1b */
         sck_buf_init(&mine);
         int enc = plan_encode_local(st, &mine);
         rc = comm_agree_gather(comm, enc, mine.data, mine.len, &all, counts);
         sck_buf_free(&mine);
+        skip = 0;
     }
     if (!rc && keep) { /* the kept plan is used again, or it is stale */
         if (reuse) {
@@ -172,11 +189,11 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
                 else counts[0] = counts_stack[0];
             }
             if (!local && all) {
-                j->all = all, j->counts = counts;
+                j->all = all, j->counts = counts, j->skip = skip;
                 all = NULL, counts = counts_stack;
             }
         } else if (!local) {
-            local = plan_build_ex(all, counts, comm->size, plan_rank(j), &j->plan);
+            local = plan_build_ex(all, counts, skip, comm->size, plan_rank(j), &j->plan);
             if (!local) local = save_prepare_items(j, st);
         }
         if (local) {
@@ -197,7 +214,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
 }
 
 void save_write(save_job *j) {
-    if (!j->local && j->all) j->local = plan_build_ex(j->all, j->counts, j->comm->size, plan_rank(j), &j->plan);
+    if (!j->local && j->all) j->local = plan_build_ex(j->all, j->counts, j->skip, j->comm->size, plan_rank(j), &j->plan);
     if (!j->local && j->keep) j->local = save_prepare_items(j, j->keep->copy);
     comm_gather_free(j->comm, j->all);
     free(j->counts);

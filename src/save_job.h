@@ -2,9 +2,10 @@
  * sck_save_async runs the middle one (the file writing) on a background thread:
  *
  *   save_begin   collective 1 (status, rank 0's commit id, "my state has the structure of the plan I
- *                keep"), then, unless every rank keeps a plan for its structure, collective 1b (the
- *                local plans); the global plan, this rank's items encoded or, for an async save, the
- *                state copied into the snapshot                              (caller's thread)
+ *                keep", and the local plan of a rank that keeps none); where some ranks keep a plan
+ *                but not all the same, collective 1b (every rank's local plan); the global plan,
+ *                this rank's items encoded or, for an async save, the state copied into the
+ *                snapshot                                                    (caller's thread)
  *   save_write   the plan built (async), this rank's data file written     (any thread; no comm)
  *   save_finish  collectives 2 and 3: offsets and checksums gathered, rank 0 writes `.metadata`
  *                and commits                                                   (caller's thread)
@@ -84,6 +85,7 @@ typedef struct save_job {
      * the kept plan is used again), and the caller's state is replaced by keep->copy. */
     void *all;
     size_t *counts;
+    size_t skip;              /* bytes before each rank's plan in `all` (its collective 1 record) */
     save_keep *keep;          /* async saves only */
     char exchange[16];        /* the commit id of the save whose exchange the plan comes from */
     dcp_meta_early meta;      /* rank 0: .metadata encoded while its file was being written */

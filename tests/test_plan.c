@@ -141,6 +141,8 @@ static int ref_build(sck_state **st, int R, ref_plan *p) {
 
 /* ---- encoding every rank's state and building the plan under test ---- */
 
+/* Each rank's plan follows a header of HDR bytes, as in a save's first collective (its record). */
+#define HDR 7
 static int build_under_test(sck_state **st, int R, int only, save_plan *p) {
     sck_buf all;
     sck_buf_init(&all);
@@ -148,10 +150,11 @@ static int build_under_test(sck_state **st, int R, int only, save_plan *p) {
     int rc = SCK_OK;
     for (int r = 0; r < R && !rc; r++) {
         size_t before = all.len;
-        rc = plan_encode_local(st[r], &all);
+        rc = sck_buf_append(&all, "header!", HDR);
+        if (!rc) rc = plan_encode_local(st[r], &all);
         counts[r] = all.len - before;
     }
-    if (!rc) rc = plan_build_ex(all.data, counts, R, only, p);
+    if (!rc) rc = plan_build_ex(all.data, counts, HDR, R, only, p);
     sck_buf_free(&all);
     return rc;
 }
@@ -447,7 +450,7 @@ TEST(plan_refuses_corrupt_plans) {
             counts[r] = n;
         }
         save_plan p;
-        int rc = plan_build_ex(all.data, counts, R, it % 4 == 3 ? -1 : (int)(it % 4), &p);
+        int rc = plan_build_ex(all.data, counts, 0, R, it % 4 == 3 ? -1 : (int)(it % 4), &p);
         if (rc) refused++;
         else plan_free(&p);
         CHECK(rc == SCK_OK || rc == SCK_ERR_FORMAT || rc == SCK_ERR_MISMATCH || rc == SCK_ERR_COVERAGE ||
@@ -457,7 +460,10 @@ TEST(plan_refuses_corrupt_plans) {
     CHECK(refused > 2000);
     size_t zero[R] = {0};
     save_plan p;
-    CHECK_ERR(plan_build_ex(b[0].data, zero, R, -1, &p), SCK_ERR_FORMAT, "save plan from rank 0 is corrupt");
+    CHECK_ERR(plan_build_ex(b[0].data, zero, 0, R, -1, &p), SCK_ERR_FORMAT, "save plan from rank 0 is corrupt");
+    size_t lens[R];
+    for (int r = 0; r < R; r++) lens[r] = r == 1 ? 2 : 5;
+    CHECK_ERR(plan_build_ex(b[0].data, lens, 3, R, -1, &p), SCK_ERR_FORMAT, "rank 1's save plan: 2 bytes, shorter than its 3-byte header");
     for (int r = 0; r < R; r++) sck_buf_free(&b[r]);
     free_states(st, R);
 }
