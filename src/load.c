@@ -223,9 +223,10 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     char mp[4096];
     snprintf(mp, sizeof mp, "%s/.metadata", dir);
     *ck = NULL;
+    /* Every rank sees the same answer only if the FS is shared.  Each branch's first collective is an
+     * agreement (with or without a payload: the same collective), which a rank that could not resolve
+     * the directory joins with its error (open_collective). */
     int is_dcp = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(mp, &sb) == 0;
-    int agreed = comm_agree(comm, SCK_OK); /* everyone sees the same answer for is_dcp only if the FS is shared */
-    if (agreed) return agreed;
     if (!is_dcp || comm->size == 1) return agree_opened(comm, sck_ckpt_open(dir, ck), ck);
     if (comm_in_process(comm)) return open_shared(comm, dir, ck);
     sck_buf wire;
@@ -267,7 +268,8 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
 }
 
 /* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h).  A rank
- * that cannot resolve it joins open_resolved's first collective (one comm_agree) with its error. */
+ * that cannot resolve it joins open_resolved's first collective (an agreement in every branch: rank
+ * 0's outcome, shared model or not) with its error, and every rank stops there. */
 static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     char *path = NULL;
     int local = commit_resolve(dir, &path);
