@@ -71,11 +71,10 @@ static int apply_offsets(save_plan *p, const uint8_t *all, const size_t *counts)
     return SCK_OK;
 }
 
-/* Rank 0's commit id, and whether every rank keeps a plan for its state from one and the same
- * exchange (the same ranks, the same structures: the same plan again), from collective 1's records. */
 /* Collective 1's records: REC1 bytes from every rank, then its local plan unless it keeps one for its
- * state (its flag byte 1).  Gives rank 0's commit id; *reuse: every rank keeps the plan of the same
- * exchange; *plans: every rank sent its plan (none keeps one), so no second exchange is needed. */
+ * state (its flag byte 1).  Gives rank 0's commit id; *reuse: every rank keeps a plan from one and the
+ * same exchange (the same ranks, the same structures: the same plan again); *plans: every rank sent
+ * its plan (none keeps one), so no second exchange is needed. */
 static int read_rec1(const uint8_t *all, const size_t *counts, int nranks, char *id, int *reuse, int *plans) {
     *reuse = 1;
     *plans = 1;
