@@ -35,8 +35,9 @@ void mem_free(void *p, size_t n);
 void rm_dir(const char *dir);
 
 /* ---- raw baseline (raw_io.c) ---- */
-/* nstreams threads each write the row blocks rank r would own (one pwrite per block) into
- * dir/raw_<r>.bin, fsync it, and the directory is fsynced.  Returns seconds, or < 0 on error.
+/* dir is created, nstreams threads each write the row blocks rank r would own (one pwrite per block)
+ * into dir/raw_<r>.bin and fsync it, then dir and its parent are fsynced, all timed.  Returns seconds,
+ * or < 0 on error.
  * direct: O_DIRECT, bypassing the page cache (only where raw_direct_ok). */
 double raw_write(const layout *L, const uint8_t *mem, int nstreams, const char *dir, int direct);
 /* The mirror: nstreams threads read their blocks back (one pread per block). */

@@ -241,10 +241,12 @@ TEST(async_handles_used_by_other_ranks_do_not_reuse_their_plans) {
 typedef struct failing {
     sck_comm *inner;
     int fail_next;
+    int calls;              /* the collectives that reached it (allgathers, broadcasts, barriers) */
 } failing;
 
 static int fl_allgatherv(void *ctx, const void *send, size_t n, void **recv, size_t *counts) {
     failing *f = ctx;
+    f->calls++;
     if (f->fail_next) {
         f->fail_next = 0;
         return SCK_ERR_COMM;
@@ -253,17 +255,19 @@ static int fl_allgatherv(void *ctx, const void *send, size_t n, void **recv, siz
 }
 static int fl_bcast(void *ctx, void **buf, size_t *n, int root) {
     failing *f = ctx;
+    f->calls++;
     return f->inner->ops->bcast(f->inner->ctx, buf, n, root);
 }
 static int fl_barrier(void *ctx) {
     failing *f = ctx;
+    f->calls++;
     return f->inner->ops->barrier(f->inner->ctx);
 }
 static const sck_comm_ops failing_ops = {fl_allgatherv, fl_bcast, fl_barrier, NULL};
 
 static int failing_rank(sck_comm *c, void *arg) {
     loop *L = arg;
-    failing f = {c, L->fail_allgather};
+    failing f = {c, L->fail_allgather, 0};
     sck_comm *fc = sck_comm_create(&failing_ops, &f, sck_comm_rank(c), sck_comm_size(c));
     int rc = sck_comm_agree(c, fc ? SCK_OK : SCK_ERR_NOMEM);
     if (!rc) rc = loop_rank(fc, L);
@@ -412,32 +416,11 @@ TEST(async_reuse_of_one_state_object_notices_keys_added_and_blobs_loaded) {
     }
 }
 
-/* The collectives a save takes, counted through a communicator that passes everything on.  A plain
- * sck_save, and an async save where no rank keeps a plan, send each rank's local plan with its first
- * record: three collectives (records and plans, the items' places, the commit).  A save that uses
- * the kept plan again sends the records alone: three.  Where one rank's structure changed and the
- * others keep their plans, the plans follow in a collective of their own: four. */
-typedef struct counted {
-    sck_comm *inner;
-    int calls;
-} counted;
-static int ct_allgatherv(void *ctx, const void *send, size_t n, void **recv, size_t *counts) {
-    counted *k = ctx;
-    k->calls++;
-    return k->inner->ops->allgatherv(k->inner->ctx, send, n, recv, counts);
-}
-static int ct_bcast(void *ctx, void **buf, size_t *n, int root) {
-    counted *k = ctx;
-    k->calls++;
-    return k->inner->ops->bcast(k->inner->ctx, buf, n, root);
-}
-static int ct_barrier(void *ctx) {
-    counted *k = ctx;
-    k->calls++;
-    return k->inner->ops->barrier(k->inner->ctx);
-}
-static const sck_comm_ops counted_ops = {ct_allgatherv, ct_bcast, ct_barrier, NULL};
-
+/* The collectives a save takes, counted through the failing communicator with nothing to fail.  A
+ * plain sck_save, and an async save where no rank keeps a plan, send each rank's local plan with its
+ * first record: three collectives (records and plans, the items' places, the commit).  A save that
+ * uses the kept plan again sends the records alone: three.  Where one rank's structure changed and
+ * the others keep their plans, the plans follow in a collective of their own: four. */
 typedef struct tally {
     sck_async *h[R];
     const char *dir;
@@ -449,8 +432,8 @@ typedef struct tally {
 static int tally_rank(sck_comm *c, void *arg) {
     tally *t = arg;
     int r = sck_comm_rank(c);
-    counted k = {c, 0};
-    sck_comm *kc = sck_comm_create(&counted_ops, &k, r, sck_comm_size(c));
+    failing k = {c, 0, 0};
+    sck_comm *kc = sck_comm_create(&failing_ops, &k, r, sck_comm_size(c));
     sck_state *st = sck_state_new();
     int64_t sh[1] = {8}, off[1] = {0};
     int rc = kc && st ? sck_state_add_replicated(st, "w", SCK_F32, 1, sh, t->w) : SCK_ERR_NOMEM;
