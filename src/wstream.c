@@ -12,7 +12,12 @@
 
 #include "fileio.h"
 
-#define WB_WINDOW (32u << 20) /* buffered mode: writeback is started, then waited for, per window */
+/* Buffered mode: writeback is started per window as soon as it is written, and a window is waited for
+ * (then its pages dropped) once WB_AHEAD bytes after it have been started.  Small windows get the disk
+ * going early (a rank's first 32 MiB no longer wait for their last byte: 8 ranks of 32 MiB each, 0.89-0.91
+ * of the raw writer -> 0.94-0.97); the depth keeps a lone writer's disk as busy as 32 MiB windows did. */
+#define WB_WINDOW (8u << 20)
+#define WB_AHEAD (32u << 20)
 #define WS_IOV_MAX 512        /* pieces in one batch (one pwritev; the kernel takes up to 1024) */
 #define WS_BATCH (4u << 20)   /* buffered mode: a batch goes to the writer once it spans this many bytes */
 #define WS_HUGE_AFTER (2u << 20) /* a staging buffer filled past this gets huge pages */
@@ -95,7 +100,7 @@ static void drop_hold(wstream *w, int b) {
     pthread_cond_broadcast(&w->done);
 }
 
-/* Starts writeback of each finished window and waits for the one before it, then drops those pages:
+/* Starts writeback of each finished window and waits for the one WB_AHEAD behind, then drops its pages:
  * the disk works while we write, and a save does not fill the page cache with data nobody reads. */
 static int stream_writeback(wstream *w) {
     while (w->wb_on && w->written - w->wb_started >= WB_WINDOW) {
@@ -108,7 +113,7 @@ static int stream_writeback(wstream *w) {
                                  (unsigned long long)w->wb_started, WB_WINDOW);
         }
         w->wb_started += WB_WINDOW;
-        if (w->wb_started - w->wb_waited > WB_WINDOW) {
+        if (w->wb_started - w->wb_waited > WB_AHEAD) {
             unsigned flags = SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER;
             if (sync_file_range(w->fd, (off64_t)w->wb_waited, WB_WINDOW, flags) != 0)
                 return sck_err_errno(SCK_ERR_IO, errno, "%s: writeback of [%llu, +%u) failed", w->path,

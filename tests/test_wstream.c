@@ -2,6 +2,7 @@
  * buffered and O_DIRECT modes (small staging buffers, so buffers cycle), and writer errors surfacing
  * in the caller's thread with their message. */
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "io_hook.h"
@@ -24,6 +26,16 @@ static int file_is(const char *path, const void *want, size_t n) {
     size_t got_n = 0;
     uint8_t *got = read_all(path, &got_n);
     int same = got && got_n == n && memcmp(got, want, n) == 0;
+    free(got);
+    return same;
+}
+
+/* 1 if the file at path holds `count` copies of the n bytes at want. */
+static int file_is_repeated(const char *path, const void *want, size_t n, size_t count) {
+    size_t got_n = 0;
+    uint8_t *got = read_all(path, &got_n);
+    int same = got && got_n == n * count;
+    for (size_t i = 0; same && i < count; i++) same = memcmp(got + i * n, want, n) == 0;
     free(got);
     return same;
 }
@@ -107,6 +119,80 @@ TEST(wstream_buffered_streams_writeback_over_windows) {
     }
     free(got);
     free(src);
+}
+
+/* Pages of [off, off + len) of the file at path that are in the page cache. */
+static size_t resident_pages(const char *path, size_t off, size_t len) {
+    int fd = open(path, O_RDONLY);
+    if (fd < 0) return SIZE_MAX;
+    void *m = mmap(NULL, off + len, PROT_READ, MAP_SHARED, fd, 0);
+    close(fd);
+    if (m == MAP_FAILED) return SIZE_MAX;
+    long pg = sysconf(_SC_PAGESIZE);
+    size_t n = len / (size_t)pg, got = 0;
+    unsigned char *v = malloc((off + len) / (size_t)pg + 1);
+    if (v && mincore(m, off + len, v) == 0)
+        for (size_t i = 0; i < n; i++) got += v[off / (size_t)pg + i] & 1;
+    else got = SIZE_MAX;
+    free(v);
+    munmap(m, off + len);
+    return got;
+}
+
+/* 1 if dir's file system drops a written file's clean pages on POSIX_FADV_DONTNEED (not tmpfs, which
+ * keeps them all; not overlayfs, whose sync_file_range does not reach the real file's pages). */
+static int drops_pages(const char *dir) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/probe.bin", dir);
+    static uint8_t buf[1 << 20];
+    int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0644), ok = 0;
+    if (fd < 0) return 0;
+    ok = write(fd, buf, sizeof buf) == (ssize_t)sizeof buf &&
+         sync_file_range(fd, 0, sizeof buf, SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER) == 0 &&
+         posix_fadvise(fd, 0, sizeof buf, POSIX_FADV_DONTNEED) == 0;
+    close(fd);
+    ok = ok && resident_pages(path, 0, sizeof buf) == 0;
+    remove(path);
+    return ok;
+}
+
+/* A directory where page-cache residency means something (drops_pages): th_tmpdir, else a new one under
+ * /var/tmp or the working directory; NULL if there is none. */
+static const char *disk_dir(char *buf, size_t cap) {
+    if (drops_pages(th_tmpdir())) return th_tmpdir();
+    const char *cand[] = {"/var/tmp", "."};
+    for (size_t i = 0; i < sizeof cand / sizeof *cand; i++) {
+        snprintf(buf, cap, "%s/sck_wstream_XXXXXX", cand[i]);
+        if (!mkdtemp(buf)) continue;
+        if (drops_pages(buf)) return buf;
+        rmdir(buf);
+    }
+    return NULL;
+}
+
+/* Writeback is started per 8 MiB window and a window's pages are dropped once 32 MiB after it are under
+ * way: of a 48 MiB fsynced file written in 1 MiB pieces, the first 16 MiB have left the page cache by the
+ * close (with one 32 MiB window, as before session 18, none had: its disk waited for 32 MiB to be
+ * written before it started). */
+TEST(wstream_buffered_drops_pages_a_window_at_a_time) {
+    char own[4096];
+    const char *dir = disk_dir(own, sizeof own);
+    if (!dir) fprintf(stderr, "note: no file system here drops clean pages on request; the file's contents only are checked\n");
+    char path[4200];
+    snprintf(path, sizeof path, "%s/drop.bin", dir ? dir : th_tmpdir());
+    size_t piece = 1 << 20, count = 48;
+    uint8_t *src = malloc(piece);
+    REQUIRE(src);
+    th_fill(src, piece, 12);
+    wstream *w = NULL;
+    REQUIRE_OK(ws_open(&w, path, &(ws_opts){1 << 20, 2, 0, 1, NULL}));
+    for (size_t i = 0; i < count; i++) CHECK_OK(ws_append(w, src, piece, 1));
+    CHECK_OK(ws_close(w));
+    if (dir) CHECK(resident_pages(path, 0, 16u << 20) == 0);
+    CHECK(file_is_repeated(path, src, piece, count));
+    free(src);
+    remove(path);
+    if (dir && dir == own) rmdir(own);
 }
 
 /* Many small by-reference pieces between small copied ones, as a save of small tensors appends them
