@@ -14,8 +14,8 @@
 
 /* Buffered mode: writeback is started per window as soon as it is written, and a window is waited for
  * (then its pages dropped) once WB_AHEAD bytes after it have been started.  Small windows get the disk
- * going early (a rank's first 32 MiB no longer wait for their last byte: 8 ranks of 32 MiB each, 0.89-0.91
- * of the raw writer -> 0.94-0.97); the depth keeps a lone writer's disk as busy as 32 MiB windows did. */
+ * going early (a rank's first 32 MiB no longer wait for their last byte: 8 ranks of 32 MiB each, 0.87-0.89
+ * of the raw writer -> 0.94-0.96); the depth keeps a lone writer's disk as busy as 32 MiB windows did. */
 #define WB_WINDOW (8u << 20)
 #define WB_AHEAD (32u << 20)
 #define WS_IOV_MAX 512        /* pieces in one batch (one pwritev; the kernel takes up to 1024) */
