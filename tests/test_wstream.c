@@ -187,7 +187,7 @@ TEST(wstream_buffered_drops_pages_a_window_at_a_time) {
     CHECK(file_is_repeated(path, src, piece, count));
     free(src);
     remove(path);
-    if (dir && dir == own) rmdir(own);
+    if (dir == own) rmdir(own);
 }
 
 /* Many small by-reference pieces between small copied ones, as a save of small tensors appends them
