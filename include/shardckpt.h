@@ -275,6 +275,23 @@ int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t 
  */
 int sck_state_add_value(sck_state *st, const char *key, sck_value *v);
 
+/**
+ * Sets the path of entry `key` (added before) in the nested state dict its
+ * flattened key stands for: `path` is a list value of strings (dict keys)
+ * and non-negative ints (list positions) whose elements joined by "." make
+ * `key`, e.g. ["optimizer", "state", "fc1.weight", "exp_avg"] for
+ * "optimizer.state.fc1.weight.exp_avg".  torch records it in `.metadata`'s
+ * planner_data and unflattens with it (dcp_to_torch_save, optimizer state
+ * loading), so a key whose path torch would split otherwise needs it.  An
+ * entry without one has the default path: the key's part before its first
+ * dot, then the rest (["model", "layer.weight"]), or [key] for a key
+ * without a dot.  `path` is copied (the caller keeps it).  On a save,
+ * ranks that set a path for a key must set the same (SCK_ERR_MISMATCH).
+ * Errors: SCK_ERR_INVALID_ARG (no such entry; not such a list; the
+ * elements do not make the key), SCK_ERR_NOMEM.
+ */
+int sck_state_set_path(sck_state *st, const char *key, const sck_value *path);
+
 /** After sck_load: the blob of `key` (borrowed, valid until the state is freed).
  *  Errors: SCK_ERR_MISSING_KEY (not requested, or not found in a non-strict load). */
 int sck_state_blob(const sck_state *st, const char *key, const void **data, size_t *n);
@@ -331,6 +348,20 @@ typedef struct sck_save_opts {
  *  do not preempt other threads), so that it yields the CPU to the caller's
  *  threads; on idle CPUs that costs it nothing. */
 #define SCK_SAVE_FULL_PRIORITY 0x8u
+/** Lightning Fabric's layout: the values and blobs at the top of the state
+ *  dict (those whose path, sck_state_set_path, has one element; by default
+ *  keys without a dot, such as "step" or "hparams") go to `meta.pt`, a
+ *  torch.save archive of the dict {key: value} that rank 0 writes beside
+ *  `.metadata` (blobs as Python bytes), instead of being DCP byte items.
+ *  `torch.load(dir + "/meta.pt", weights_only=True)` returns that dict, and
+ *  fabric.load(dir, state) takes the directory for a sharded checkpoint (it
+ *  requires meta.pt) and restores them.  Everything else (tensors, values
+ *  under "model." or "optimizer.") stays in DCP.  As Fabric does, meta.pt
+ *  holds rank 0's copy: an entry for it that rank 0 does not supply is
+ *  SCK_ERR_INVALID_ARG on every rank.  The file is written inside the
+ *  atomic commit, before `.metadata`.  Loads read meta.pt's entries
+ *  wherever a checkpoint has one (sck_load, sck_ckpt_open). */
+#define SCK_SAVE_FABRIC 0x10u
 
 /**
  * Saves the state of every rank of `comm` into directory `dir` (created if
@@ -581,6 +612,12 @@ int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info);
 int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info);
 /** Index of `key`, or -1. */
 long sck_ckpt_find(const sck_ckpt *ck, const char *key);
+/** The path of entry i in the nested state dict (see sck_state_set_path):
+ *  from `.metadata`'s planner_data where it records one, else the key's
+ *  default path; [key] for a `meta.pt` entry.
+ *  *out is a new list value owned by the caller (sck_value_free).
+ *  Errors: SCK_ERR_INVALID_ARG (i out of range), SCK_ERR_NOMEM. */
+int sck_ckpt_entry_path(const sck_ckpt *ck, size_t i, sck_value **out);
 /** Reads the box (offsets, sizes) of tensor entry i into `dst` (row-major,
  *  caller-owned, product(sizes)*elem bytes), from whichever chunks overlap it.
  *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_COVERAGE, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */

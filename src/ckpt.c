@@ -15,6 +15,8 @@
 
 #include "commit.h"
 #include "crc32c.h"
+#include "key_path.h"
+#include "meta_pt.h"
 #include "meta_side.h"
 #include "meta_wire.h"
 #include "torch_item.h"
@@ -79,6 +81,9 @@ void sck_ckpt_close(sck_ckpt *ck) {
     free(ck->spans);
     free(ck->bigs);
     sck_big_free(ck->scratch);
+    sck_value_free(ck->meta_pt);
+    free(ck->meta_order);
+    free(ck->meta_nbytes);
     free(ck);
 }
 
@@ -239,7 +244,9 @@ int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_
         snprintf(what, sizeof what, "%s/%s", dir, META_SIDE_NAME);
         if ((rc = meta_wire_decode(w, wn, what, &m)) == SCK_OK) {
             sck_big_free(data);
-            if ((rc = ckpt_from_model(dir, &m, 0, out))) {
+            if ((rc = ckpt_from_model(dir, &m, 0, out)) || (rc = ckpt_attach_meta_pt(*out))) {
+                sck_ckpt_close(*out);
+                *out = NULL;
                 sck_big_free(w);
                 return rc;
             }
@@ -255,7 +262,11 @@ int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_
     if (!data && (rc = sck_read_file_big(what, &data, &n))) return rc;
     rc = dcp_meta_decode(data, n, what, &m);
     sck_big_free(data);
-    return rc ? rc : ckpt_from_model(dir, &m, 0, out);
+    if (!rc && !(rc = ckpt_from_model(dir, &m, 0, out)) && (rc = ckpt_attach_meta_pt(*out))) {
+        sck_ckpt_close(*out);
+        *out = NULL;
+    }
+    return rc;
 }
 
 static int open_path(const char *path, sck_ckpt **out);
@@ -288,14 +299,44 @@ static int open_path(const char *path, sck_ckpt **out) {
     return ckpt_open_safetensors(path, out);
 }
 
-size_t sck_ckpt_count(const sck_ckpt *ck) { return ck ? ck->m.n : 0; }
+size_t sck_ckpt_count(const sck_ckpt *ck) { return ck ? ckpt_count(ck) : 0; }
 
-long sck_ckpt_find(const sck_ckpt *ck, const char *key) { return ck && key ? ck_meta_find(&ck->m, key) : -1; }
+long sck_ckpt_find(const sck_ckpt *ck, const char *key) {
+    if (!ck || !key) return -1;
+    long i = ck_meta_find(&ck->m, key);
+    return i >= 0 ? i : ckpt_meta_find(ck, key);
+}
+
+int sck_ckpt_entry_path(const sck_ckpt *ck, size_t i, sck_value **out) {
+    if (!out || (*out = NULL, !ck) || i >= ckpt_count(ck))
+        return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_entry_path: index %zu out of range", i);
+    if (i >= ck->m.n) { /* meta.pt's dict keys are the state's top level */
+        sck_value *l = sck_value_list();
+        if (l && sck_value_list_append(l, sck_value_string(ckpt_key(ck, i)))) {
+            sck_value_free(l);
+            l = NULL;
+        }
+        *out = l;
+    } else {
+        const ck_entry *e = &ck->m.e[i];
+        *out = kp_to_value(e->path, e->path_len, e->key);
+    }
+    return *out ? SCK_OK : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", ckpt_key(ck, i));
+}
 
 int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info) {
-    if (!ck || !info || i >= ck->m.n) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_entry: index %zu out of range", i);
-    const ck_entry *e = &ck->m.e[i];
+    if (!ck || !info || i >= ckpt_count(ck)) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_entry: index %zu out of range", i);
     memset(info, 0, sizeof *info);
+    if (i >= ck->m.n) {
+        info->key = ckpt_key(ck, i);
+        info->kind = SCK_ENTRY_BYTES;
+        info->dtype = SCK_DTYPE_COUNT;
+        info->nchunks = 1;
+        info->nbytes = ck->meta_nbytes[ck->meta_order[i - ck->m.n]];
+        info->file = META_PT_NAME;
+        return SCK_OK;
+    }
+    const ck_entry *e = &ck->m.e[i];
     info->key = e->key;
     info->kind = e->is_bytes ? SCK_ENTRY_BYTES : SCK_ENTRY_TENSOR;
     info->dtype = e->dtype >= 0 ? (sck_dtype)e->dtype : SCK_DTYPE_COUNT;
@@ -314,6 +355,11 @@ int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info) {
 }
 
 int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info) {
+    if (ck && info && i >= ck->m.n && i < ckpt_count(ck) && j == 0) { /* the whole of meta.pt */
+        memset(info, 0, sizeof *info);
+        info->file = META_PT_NAME;
+        return SCK_OK;
+    }
     if (!ck || !info || i >= ck->m.n || j >= ck->m.e[i].nchunks)
         return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_chunk: index (%zu, %zu) out of range", i, j);
     const ck_entry *e = &ck->m.e[i];
@@ -1928,6 +1974,8 @@ int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst) {
 }
 
 int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst) {
+    if (ck && i >= ck->m.n && i < ckpt_count(ck))
+        return sck_err(SCK_ERR_MISMATCH, "'%s': is a value in %s, not a tensor", ckpt_key(ck, i), META_PT_NAME);
     if (!ck || i >= ck->m.n) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_read_box: index %zu out of range", i);
     const ck_entry *e = &ck->m.e[i];
     sck_box b;
@@ -1968,11 +2016,15 @@ int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n) {
 }
 
 int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value) {
-    if (!ck || i >= ck->m.n || !data || !n || !value)
+    if (!ck || i >= ckpt_count(ck) || !data || !n || !value)
         return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_read_bytes: bad argument");
     *data = NULL;
     *n = 0;
     *value = NULL;
+    if (i >= ck->m.n) { /* decoded with meta.pt when the checkpoint was opened */
+        *value = sck_value_clone(ckpt_meta_value(ck, i));
+        return *value ? SCK_OK : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", ckpt_key(ck, i));
+    }
     uint8_t *raw;
     size_t len;
     int rc = ckpt_read_item(ck, i, &raw, &len);

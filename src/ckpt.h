@@ -147,7 +147,27 @@ struct sck_ckpt {
     int from_side;                  /* the model came from .metadata.sck (sck_ckpt_verify compares it) */
     int full_resolve;               /* parse every archive, checking the cache's payload offsets
                                      * against it (sck_ckpt_verify), rather than trusting them */
+    /* A Fabric checkpoint's meta.pt (src/meta_pt.h): its entries follow the model's, entry m.n + k
+     * being the k-th of its keys in sorted order. */
+    sck_value *meta_pt;             /* its dict, or NULL */
+    size_t n_meta;
+    size_t *meta_order;             /* index in meta_pt of the k-th key in sorted order */
+    uint64_t *meta_nbytes;          /* per meta_pt item: the bytes of its pickle, as a DCP byte item's */
 };
+
+/* Entries of ck: the model's, then meta.pt's. */
+static inline size_t ckpt_count(const sck_ckpt *ck) { return ck->m.n + ck->n_meta; }
+/* Entry i's key (i < ckpt_count). */
+const char *ckpt_key(const sck_ckpt *ck, size_t i);
+/* 1 if entry i is a DCP byte item or a meta.pt entry, 0 for a tensor. */
+static inline int ckpt_is_bytes(const sck_ckpt *ck, size_t i) { return i >= ck->m.n || ck->m.e[i].is_bytes; }
+/* ckpt_count's index of meta.pt's `key`, or -1. */
+long ckpt_meta_find(const sck_ckpt *ck, const char *key);
+/* The value of meta.pt entry i (m.n <= i < ckpt_count), borrowed. */
+const sck_value *ckpt_meta_value(const sck_ckpt *ck, size_t i);
+/* Reads the directory's meta.pt, if it has one, into ck (src/meta_pt.h); a key that is also one of the
+ * model's is SCK_ERR_FORMAT.  Errors as meta_pt_read. */
+int ckpt_attach_meta_pt(sck_ckpt *ck);
 
 /* ck->peer_checks for item (ei, ci): 0 (this rank checks it, or no table), 1 or 2. */
 static inline int ckpt_peer_mark(const sck_ckpt *ck, size_t ei, size_t ci) {

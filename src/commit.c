@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "fileio.h"
+#include "meta_pt.h"
 #include "meta_side.h"
 
 /* Splits a normalized path into its parent directory and last component (both malloc'ed). */
@@ -156,7 +157,7 @@ int commit_resolve(const char *dir, char **out) {
 /* Only what saves write may be in a directory we replace. */
 static int is_ckpt_file(const char *name) {
     size_t n = strlen(name);
-    return !strcmp(name, ".metadata") || !strcmp(name, ".metadata.tmp") || !strcmp(name, META_SIDE_NAME) ||
+    return !strcmp(name, ".metadata") || !strcmp(name, ".metadata.tmp") || !strcmp(name, META_SIDE_NAME) || !strcmp(name, META_PT_NAME) ||
            (n > 7 && !strcmp(name + n - 7, ".distcp"));
 }
 

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "key_path.h"
 #include "pickle.h"
 
 #define MOD_META "torch.distributed.checkpoint.metadata"
@@ -17,6 +18,7 @@ void ck_meta_free(ck_meta *m) {
         if (!m->key_pool) free(m->e[i].key);
         if (!m->chunk_pool) free(m->e[i].chunks);
         if (!m->dims_pool) free(m->e[i].dims);
+        if (!m->key_pool) free(m->e[i].path);
     }
     if (m->chunk_pool) sck_huge_free(m->e, m->cap, sizeof *m->e);
     else free(m->e);
@@ -27,6 +29,7 @@ void ck_meta_free(ck_meta *m) {
     sck_huge_free(m->chunk_pool, m->chunk_pool_n, sizeof *m->chunk_pool);
     sck_big_free(m->dims_pool);
     free(m->file_pool);
+    free(m->path_pool);
     free(m->file_end);
     free(m->item_base);
     memset(m, 0, sizeof *m);
@@ -212,19 +215,6 @@ static void enc_tensor_props(pk_writer *w, sck_dtype dt) {
     pk_build(w);
 }
 
-/* planner_data path: the top-level key and the rest, as Fabric's {"model": {...}} flattens. */
-static void enc_path(pk_writer *w, const char *key) {
-    const char *dot = strchr(key, '.');
-    if (!dot || dot == key || !dot[1]) {
-        pk_cstr_memo(w, key);
-        pk_tuple(w, 1);
-        return;
-    }
-    pk_str(w, key, (size_t)(dot - key));
-    pk_cstr_memo(w, dot + 1);
-    pk_tuple(w, 2);
-}
-
 /* The pickle of m; with `at` (3 per chunk), each chunk's storage offset, length and CRC-32C are left
  * out (the CRC key is written for every chunk) and at[] receives where in out they go. */
 static int encode(const ck_meta *m, sck_buf *out, size_t *at) {
@@ -274,7 +264,7 @@ static int encode(const ck_meta *m, sck_buf *out, size_t *at) {
     for (size_t i = 0; i < m->n; i++) {
         if (i % 1000 == 0) pk_mark(&w);
         pk_cstr_memo(&w, m->e[i].key);
-        enc_path(&w, m->e[i].key);
+        kp_pickle(&w, m->e[i].path, m->e[i].path_len, m->e[i].key);
         if (i % 1000 == 999 || i + 1 == m->n) pk_setitems(&w);
     }
 
@@ -579,6 +569,28 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
     return SCK_OK;
 }
 
+/* planner_data's path of each key, where it is a tuple of strings and indices other than the key's
+ * default; anything else keeps the default: torch itself only reads it when unflattening. */
+static int decode_paths(ck_meta *m, const pk_obj *pd) {
+    if (!pd || pd->kind != PK_DICT) return SCK_OK;
+    sck_buf b;
+    sck_buf_init(&b);
+    int rc = SCK_OK;
+    for (size_t i = 0; i < pd->n && !rc; i++) {
+        const pk_obj *k = pd->items[2 * i];
+        long ei = k->kind == PK_STR ? ck_meta_find(m, k->s) : -1;
+        if (ei < 0 || m->e[ei].path) continue;
+        b.len = 0;
+        int got = kp_from_pickle(pd->items[2 * i + 1], &b);
+        if (got < 0) rc = got;
+        if (got != 1 || kp_is_default(b.data, b.len, m->e[ei].key) || b.len > UINT32_MAX) continue;
+        if (!(m->e[ei].path = malloc(b.len))) rc = sck_err(SCK_ERR_NOMEM, "out of memory reading planner_data");
+        else memcpy(m->e[ei].path, b.data, b.len), m->e[ei].path_len = (uint32_t)b.len;
+    }
+    sck_buf_free(&b);
+    return rc;
+}
+
 int dcp_meta_decode(const uint8_t *data, size_t n, const char *what, ck_meta *out) {
     memset(out, 0, sizeof *out);
     pk_arena *arena = NULL;
@@ -599,6 +611,7 @@ int dcp_meta_decode(const uint8_t *data, size_t n, const char *what, ck_meta *ou
         if ((rc = decode_entry(out, sdm->items[2 * i], sdm->items[2 * i + 1], what))) goto done;
     }
     if ((rc = ck_meta_finish(out, what))) goto done;
+    if ((rc = decode_paths(out, attr(root, "planner_data")))) goto done;
     const pk_obj *sd = attr(root, "storage_data");
     if (!sd || sd->kind != PK_DICT) {
         rc = sck_err(SCK_ERR_FORMAT, "%s: Metadata has no storage_data dict (not written by a FileSystemWriter?)", what);

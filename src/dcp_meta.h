@@ -34,6 +34,9 @@ typedef struct ck_entry {
                              * SCK_MAX_DIMS dimensions, and 80 000 of them made a model of 25 MB
                              * that every chunk looked up missed the cache in.  NULL for ndim 0. */
     size_t nchunks;
+    uint8_t *path;          /* its path in the nested state dict, encoded (src/key_path.h); NULL: the
+                             * key's default path */
+    uint32_t path_len;
 } ck_entry;
 
 typedef struct ck_meta {
@@ -50,6 +53,7 @@ typedef struct ck_meta {
     int64_t *dims_pool;     /* dims_pool_n values, from sck_big_alloc (not zeroed): every entry's dims */
     size_t dims_pool_n;
     char *file_pool;
+    uint8_t *path_pool;     /* meta_wire_decode: every entry's path bytes */
     /* Set by ckpt_from_model (src/ckpt.h), freed here: each data file's extent (the end of its last
      * item), nfiles values; the first item number of each entry (items counted across entries in
      * entry order), n + 1 values. */

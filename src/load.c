@@ -21,6 +21,7 @@ static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
 
 /* Whether entry ci of the checkpoint can be read into tensor entry e: kind, dtype and shape agree. */
 static int check_tensor(const sck_ckpt *ck, size_t ci, const st_entry *e) {
+    if (ci >= ck->m.n) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a value in meta.pt, a tensor was requested", e->key);
     const ck_entry *ce = &ck->m.e[ci];
     if (ce->is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds bytes/a value, a tensor was requested", e->key);
     if (ce->dtype != (int)e->dtype)
@@ -35,7 +36,7 @@ static int check_tensor(const sck_ckpt *ck, size_t ci, const st_entry *e) {
 }
 
 static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
-    if (!ck->m.e[ci].is_bytes) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a tensor, a %s was requested", e->key,
+    if (!ckpt_is_bytes(ck, ci)) return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a tensor, a %s was requested", e->key,
                                               e->kind == ENT_BLOB ? "blob" : "value");
     void *raw = NULL;
     size_t n = 0;
@@ -91,6 +92,7 @@ static long *find_entries(const sck_ckpt *ck, sck_state *st, size_t *npieces, si
         e->loaded = 0;
         found[i] = ck_meta_find_near(&ck->m, e->key, next);
         if (found[i] >= 0) next = found[i] + 1;
+        else if (ck->n_meta) found[i] = ckpt_meta_find(ck, e->key);
         if (e->kind == ENT_TENSOR) *npieces += e->npieces;
         else *nother += found[i] >= 0;
     }
@@ -125,7 +127,7 @@ static int load_prepare(sck_ckpt *ck, sck_state *st, const long *found, size_t n
     memset(lp, 0, sizeof *lp);
     lp->w = sck_big_alloc((npieces ? npieces : 1) * sizeof *lp->w);
     lp->other = malloc((nother ? nother : 1) * sizeof *lp->other);
-    lp->asked = calloc(ck->m.n ? ck->m.n : 1, 1);
+    lp->asked = calloc(ckpt_count(ck) ? ckpt_count(ck) : 1, 1);
     if (!lp->w || !lp->other || !lp->asked) return sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     int rc = SCK_OK;
     size_t i = 0;
@@ -164,12 +166,12 @@ static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned fla
         rc = lp->rc;
     }
     if (!rc) rc = ckpt_run_reads(ck, lp->w, &lp->reads);
-    for (size_t i = 0; !rc && i < ck->m.n; i++) {
+    for (size_t i = 0; !rc && i < ckpt_count(ck); i++) {
         if (lp->asked[i]) continue;
         if (flags & SCK_LOAD_REJECT_UNEXPECTED)
-            rc = sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ck->m.e[i].key, ck->dir);
+            rc = sck_err(SCK_ERR_UNEXPECTED_KEY, "'%s': in checkpoint %s but not requested", ckpt_key(ck, i), ck->dir);
         else
-            rc = state_add_unexpected(st, ck->m.e[i].key);
+            rc = state_add_unexpected(st, ckpt_key(ck, i));
     }
     return rc;
 }
@@ -211,6 +213,7 @@ static int open_shared(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         return rc;
     }
     if (comm->rank != 0) local = ckpt_from_shared(dir, s, ck);
+    if (comm->rank != 0 && !local) local = ckpt_attach_meta_pt(*ck); /* small: each rank reads its own */
     return agree_opened(comm, local, ck);
 }
 
@@ -263,6 +266,7 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         local = meta_wire_decode(buf, n, what, &m);
         free(buf);
         if (!local) local = ckpt_from_model(dir, &m, 1, ck); /* rank 0 checked the same model */
+        if (!local) local = ckpt_attach_meta_pt(*ck);        /* small: each rank reads its own */
     }
     return agree_opened(comm, local, ck);
 }

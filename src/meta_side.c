@@ -120,7 +120,8 @@ int meta_same(const ck_meta *a, const ck_meta *b) {
     for (size_t i = 0; i < a->n; i++) {
         const ck_entry *x = &a->e[i], *y = &b->e[i];
         if (strcmp(x->key, y->key) || x->is_bytes != y->is_bytes || x->dtype != y->dtype || strcmp(x->dtype_name, y->dtype_name) ||
-            x->ndim != y->ndim || x->nchunks != y->nchunks || memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape))
+            x->ndim != y->ndim || x->nchunks != y->nchunks || memcmp(x->shape, y->shape, (size_t)x->ndim * sizeof *x->shape) ||
+            !!x->path != !!y->path || (x->path && (x->path_len != y->path_len || memcmp(x->path, y->path, x->path_len))))
             return 0;
         /* Both entries have x->ndim dimensions: their dims arrays have the same length. */
         if (x->ndim && x->nchunks && memcmp(x->dims, y->dims, 2 * (size_t)x->ndim * x->nchunks * sizeof *x->dims)) return 0;

@@ -2,10 +2,11 @@
  *
  * Layout, little-endian:
  *   header  magic[8] | u32 nfiles | u64 nentries | u64 nchunks (all entries) | u64 key bytes | u64 file bytes
+ *           | u64 path bytes
  *           (key and file bytes count each string with its NUL: the sizes of the decoder's pools)
  *   file    u32 len | bytes
- *   entry   u32 keylen | key | u8 is_bytes | i32 dtype | u8 namelen | dtype_name | u8 ndim | i64 shape[ndim]
- *           | u64 nchunks | chunks
+ *   entry   u32 keylen | key | u8 kind (bit 0: bytes, bit 1: a path follows the shape) | i32 dtype | u8 namelen
+ *           | dtype_name | u8 ndim | i64 shape[ndim] | [u32 pathlen | path (src/key_path.h)] | u64 nchunks | chunks
  *   chunk   u8 ndim | i64 off[ndim] | i64 size[ndim] | u32 file | u64 offset | u64 length | u8 flags | u32 crc32c
  *           | u64 payload (only with flag MW_PAYLOAD)
  */
@@ -17,16 +18,18 @@
 #include <string.h>
 
 #include "box.h"
+#include "key_path.h"
 
-static const uint8_t mw_magic[8] = {'S', 'C', 'K', 'M', 'W', 0, 0, 2}; /* last byte: version */
+static const uint8_t mw_magic[8] = {'S', 'C', 'K', 'M', 'W', 0, 0, 3}; /* last byte: version */
 
-#define MW_HEAD (8 + 4 + 8 + 8 + 8 + 8)
+#define MW_HEAD (8 + 4 + 8 + 8 + 8 + 8 + 8)
 #define MW_FILE_MIN 4u
 #define MW_ENTRY_MIN (4u + 1 + 4 + 1 + 1 + 8)     /* every field but the strings, shape and chunks */
 #define MW_CHUNK_FIXED (4u + 8 + 8 + 1 + 4)        /* after ndim and the box */
 #define MW_CHUNK_MIN (1u + MW_CHUNK_FIXED)
 
 enum { MW_RAW = 1, MW_TRANSFORMED = 2, MW_HAS_CRC = 4, MW_PAYLOAD = 8 };
+enum { MW_BYTES = 1, MW_PATH = 2 };
 
 /* ---- encoding ---- */
 
@@ -47,7 +50,7 @@ static uint8_t *put_bytes(uint8_t *p, const void *s, size_t n) {
 
 int meta_wire_encode(const ck_meta *m, sck_buf *out) {
     /* Sized exactly first, so the writing below needs no checks. */
-    size_t size = MW_HEAD, nchunks = 0, key_bytes = 0, file_bytes = 0;
+    size_t size = MW_HEAD, nchunks = 0, key_bytes = 0, file_bytes = 0, path_bytes = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
         size_t len = strlen(m->files[i]);
         if (len > UINT32_MAX) return sck_err(SCK_ERR_INVALID_ARG, "file name %zu is over 4 GiB long", i);
@@ -60,8 +63,9 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
         if (len > UINT32_MAX) return sck_err(SCK_ERR_INVALID_ARG, "key %zu is over 4 GiB long", i);
         if (name == sizeof e->dtype_name || e->ndim < 0 || e->ndim > SCK_MAX_DIMS)
             return sck_err(SCK_ERR_INVALID_ARG, "'%s': malformed entry (dtype name or rank)", e->key);
-        size += MW_ENTRY_MIN + len + name + 8 * (size_t)e->ndim;
+        size += MW_ENTRY_MIN + len + name + 8 * (size_t)e->ndim + (e->path ? 4 + (size_t)e->path_len : 0);
         key_bytes += len + 1;
+        if (e->path) path_bytes += e->path_len;
         for (size_t c = 0; c < e->nchunks; c++) size += MW_CHUNK_MIN + 16 * (size_t)e->ndim + (e->chunks[c].payload ? 8 : 0);
         nchunks += e->nchunks;
     }
@@ -74,6 +78,7 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
     p = put64(p, nchunks);
     p = put64(p, key_bytes);
     p = put64(p, file_bytes);
+    p = put64(p, path_bytes);
     for (size_t i = 0; i < m->nfiles; i++) {
         size_t len = strlen(m->files[i]);
         p = put32(p, (uint32_t)len);
@@ -84,12 +89,16 @@ int meta_wire_encode(const ck_meta *m, sck_buf *out) {
         size_t len = strlen(e->key), name = strnlen(e->dtype_name, sizeof e->dtype_name);
         p = put32(p, (uint32_t)len);
         p = put_bytes(p, e->key, len);
-        *p++ = (uint8_t)!!e->is_bytes;
+        *p++ = (uint8_t)((e->is_bytes ? MW_BYTES : 0) | (e->path ? MW_PATH : 0));
         p = put32(p, (uint32_t)e->dtype);
         *p++ = (uint8_t)name;
         p = put_bytes(p, e->dtype_name, name);
         *p++ = (uint8_t)e->ndim;
         for (int d = 0; d < e->ndim; d++) p = put64(p, (uint64_t)e->shape[d]);
+        if (e->path) {
+            p = put32(p, e->path_len);
+            p = put_bytes(p, e->path, e->path_len);
+        }
         p = put64(p, e->nchunks);
         for (size_t c = 0; c < e->nchunks; c++) {
             const ck_chunk *ch = &e->chunks[c];
@@ -200,7 +209,7 @@ static int decode_chunk(mw_rd *r, const ck_meta *m, const ck_entry *e, size_t c,
 }
 
 static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t *key_used, size_t nchunks, size_t *chunks_used,
-                        size_t *dims_used) {
+                        size_t *dims_used, size_t path_bytes, size_t *path_used) {
     ck_entry *e = &m->e[i];
     size_t at = r->pos;
     if (need(r, 4, "a key length")) return SCK_ERR_FORMAT;
@@ -211,10 +220,10 @@ static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t
         return bad(r, at, "key '%s' does not follow '%s' (keys must be sorted and distinct)", e->key, m->e[i - 1].key);
     at = r->pos;
     if (need(r, MW_ENTRY_MIN - 4, "an entry")) return SCK_ERR_FORMAT;
-    unsigned is_bytes = get8(r);
+    unsigned kind = get8(r), is_bytes = kind & MW_BYTES;
     int32_t dtype = (int32_t)get32(r);
     size_t name = get8(r);
-    if (is_bytes > 1) return bad(r, at, "'%s': kind %u is neither tensor nor bytes", e->key, is_bytes);
+    if (kind & ~(unsigned)(MW_BYTES | MW_PATH)) return bad(r, at, "'%s': unknown kind bits 0x%x", e->key, kind);
     if (dtype < -1 || dtype >= (int32_t)SCK_DTYPE_COUNT) return bad(r, at, "'%s': dtype %d is not one we know", e->key, (int)dtype);
     if (name >= sizeof e->dtype_name) return bad(r, at, "'%s': dtype name of %zu bytes", e->key, name);
     if (need(r, name + 1, "a dtype name")) return SCK_ERR_FORMAT;
@@ -228,6 +237,19 @@ static int decode_entry(mw_rd *r, ck_meta *m, size_t i, size_t key_bytes, size_t
     if (e->ndim > SCK_MAX_DIMS) return bad(r, at, "'%s' has %d dimensions", e->key, e->ndim);
     if (need(r, 8 * (uint64_t)e->ndim + 8, "a shape and chunk count")) return SCK_ERR_FORMAT;
     for (int d = 0; d < e->ndim; d++) e->shape[d] = get_s64(r);
+    if (kind & MW_PATH) {
+        at = r->pos;
+        if (need(r, 4, "a path length")) return SCK_ERR_FORMAT;
+        size_t plen = get32(r);
+        if (need(r, (uint64_t)plen + 8, "a path and chunk count")) return SCK_ERR_FORMAT;
+        if (plen > path_bytes - *path_used) return bad(r, at, "'%s': a path of %zu bytes overruns the header's total", e->key, plen);
+        if (!kp_valid(r->p + r->pos, plen)) return bad(r, at, "'%s': malformed path", e->key);
+        e->path = m->path_pool + *path_used;
+        e->path_len = (uint32_t)plen;
+        memcpy(e->path, r->p + r->pos, plen);
+        r->pos += plen;
+        *path_used += plen;
+    }
     uint64_t numel, bytes;
     for (int d = 0; d < e->ndim; d++)
         if (e->shape[d] < 0) return bad(r, at, "'%s' has a negative dimension", e->key);
@@ -254,17 +276,18 @@ static int decode(mw_rd *r, ck_meta *m) {
     if (r->n < MW_HEAD) return bad(r, 0, "truncated: %zu bytes, the header alone is %d", r->n, MW_HEAD);
     if (memcmp(r->p, mw_magic, sizeof mw_magic)) return bad(r, 0, "bad magic (not made by this build's meta_wire_encode)");
     r->pos = sizeof mw_magic;
-    uint64_t nfiles = get32(r), n = get64(r), nchunks = get64(r), key_bytes = get64(r), file_bytes = get64(r);
+    uint64_t nfiles = get32(r), n = get64(r), nchunks = get64(r), key_bytes = get64(r), file_bytes = get64(r), path_bytes = get64(r);
     /* Every count is bounded by the bytes it needs, so nothing below allocates more than a small
      * multiple of the input. */
     uint64_t left = r->n - MW_HEAD;
     if (nfiles > left / MW_FILE_MIN || n > left / MW_ENTRY_MIN || nchunks > left / MW_CHUNK_MIN || key_bytes > left + n ||
-        file_bytes > left + nfiles || key_bytes < n || file_bytes < nfiles)
+        file_bytes > left + nfiles || key_bytes < n || file_bytes < nfiles || path_bytes > left)
         return bad(r, 8, "header counts (%llu files, %llu entries, %llu chunks, %llu+%llu string bytes) do not fit in %zu bytes",
                    (unsigned long long)nfiles, (unsigned long long)n, (unsigned long long)nchunks, (unsigned long long)key_bytes,
                    (unsigned long long)file_bytes, r->n);
     m->files = calloc(nfiles ? nfiles : 1, sizeof *m->files);
     m->file_pool = malloc(file_bytes ? file_bytes : 1);
+    m->path_pool = malloc(path_bytes ? path_bytes : 1);
     m->key_pool = malloc(key_bytes ? key_bytes : 1);
     m->chunk_pool = sck_huge_calloc(nchunks ? nchunks : 1, sizeof *m->chunk_pool);
     m->chunk_pool_n = m->chunk_pool ? (nchunks ? nchunks : 1) : 0;
@@ -275,11 +298,11 @@ static int decode(mw_rd *r, ck_meta *m) {
     size_t ndims = (size_t)(left / 8) + 1;
     m->dims_pool = ndims <= SIZE_MAX / sizeof *m->dims_pool ? sck_big_alloc(ndims * sizeof *m->dims_pool) : NULL;
     m->dims_pool_n = m->dims_pool ? ndims : 0;
-    if (!m->files || !m->file_pool || !m->e || !m->key_pool || !m->chunk_pool || !m->dims_pool)
+    if (!m->files || !m->file_pool || !m->path_pool || !m->e || !m->key_pool || !m->chunk_pool || !m->dims_pool)
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a model of %llu entries", r->what, (unsigned long long)n);
     m->nfiles = (size_t)nfiles; /* pooled: ck_meta_free needs no per-item state */
     m->n = (size_t)n;
-    size_t file_used = 0, key_used = 0, chunks_used = 0, dims_used = 0;
+    size_t file_used = 0, key_used = 0, chunks_used = 0, dims_used = 0, path_used = 0;
     for (size_t i = 0; i < m->nfiles; i++) {
         size_t at = r->pos;
         if (need(r, 4, "a file name length")) return SCK_ERR_FORMAT;
@@ -288,10 +311,11 @@ static int decode(mw_rd *r, ck_meta *m) {
         if (!ck_plain_file_name(m->files[i])) return bad(r, at, "file name '%s' is not a plain name", m->files[i]);
     }
     for (size_t i = 0; i < m->n; i++) {
-        int rc = decode_entry(r, m, i, (size_t)key_bytes, &key_used, (size_t)nchunks, &chunks_used, &dims_used);
+        int rc = decode_entry(r, m, i, (size_t)key_bytes, &key_used, (size_t)nchunks, &chunks_used, &dims_used, (size_t)path_bytes,
+                              &path_used);
         if (rc) return rc;
     }
-    if (file_used != file_bytes || key_used != key_bytes || chunks_used != nchunks)
+    if (file_used != file_bytes || key_used != key_bytes || chunks_used != nchunks || path_used != path_bytes)
         return bad(r, r->pos, "the header declares %llu chunks and %llu+%llu string bytes, the body holds %zu and %zu+%zu",
                    (unsigned long long)nchunks, (unsigned long long)key_bytes, (unsigned long long)file_bytes, chunks_used, key_used,
                    file_used);

@@ -8,6 +8,8 @@
  * touch (about 16 us on a VM). */
 #include "plan.h"
 
+#include "key_path.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,11 +20,14 @@
  *     u8 flags: bits 0-1 kind, PF_PRESENT, PF_REPLICATED,
  *               PF_SAME_META   dtype, ndim and shape as in the record before,
  *               PF_SAME_PIECES boxes as in the record before,
- *               PF_NEXT_INDEX  index in the state = the record before's + 1 (0 for the first record)
+ *               PF_NEXT_INDEX  index in the state = the record before's + 1 (0 for the first record),
+ *               PF_EXT         a second flags byte follows
+ *     [PF_EXT] u8 PX_PATH (the entry has a path, after the boxes) | PX_META (a Fabric layout's meta.pt entry)
  *     [!PF_NEXT_INDEX] varint index
  *     varint shared (leading bytes of the key before that this key repeats), varint suffix length, suffix
  *     [!PF_SAME_META] u8 dtype, u8 ndim, varint shape[ndim]
  *     [!PF_SAME_PIECES] varint npieces, npieces x { varint off[ndim], varint size[ndim] }
+ *     [PX_PATH] varint length, path (src/key_path.h)
  * Consecutive keys of a model share most of their bytes, and shards split every tensor the same way,
  * so a typical record is a few bytes: the exchange copies every rank's plan to every rank. */
 #define PF_KIND 3u
@@ -31,6 +36,9 @@
 #define PF_SAME_META 16u
 #define PF_SAME_PIECES 32u
 #define PF_NEXT_INDEX 64u
+#define PF_EXT 128u
+#define PX_PATH 1u
+#define PX_META 2u
 #define VARINT_MAX 10
 #define MAX_SCALAR_PIECES (1u << 20) /* boxes of a 0-d tensor take no bytes: bound a corrupt count */
 
@@ -41,7 +49,10 @@ typedef struct keyidx {
 
 static int cmp_keyidx(const void *a, const void *b) { return strcmp(((const keyidx *)a)->key, ((const keyidx *)b)->key); }
 
-int plan_encode_local(const sck_state *st, sck_buf *out) {
+/* 1 if entry e goes to meta.pt in the Fabric layout: a value or blob at the top of the state dict. */
+int plan_in_meta_pt(const st_entry *e) { return e->kind != ENT_TENSOR && kp_count(e->path, e->path_len, e->key) == 1; }
+
+int plan_encode_local(const sck_state *st, int fabric, sck_buf *out) {
     size_t n = st->n;
     keyidx *order = NULL;
     for (size_t i = 1; i < n && !order; i++) {
@@ -61,15 +72,18 @@ int plan_encode_local(const sck_state *st, sck_buf *out) {
         size_t kl = strlen(e->key), shared = 0, nb = (size_t)e->ndim * sizeof(int64_t);
         if (prev)
             while (shared < kl && prev->key[shared] == e->key[shared]) shared++;
-        size_t need = 1 + 3 * VARINT_MAX + (kl - shared) + 2 + (size_t)(e->ndim + 1) * VARINT_MAX +
-                      e->npieces * 2 * (size_t)e->ndim * VARINT_MAX;
+        size_t need = 2 + 3 * VARINT_MAX + (kl - shared) + 2 + (size_t)(e->ndim + 1) * VARINT_MAX +
+                      e->npieces * 2 * (size_t)e->ndim * VARINT_MAX + (e->path ? VARINT_MAX + e->path_len : 0);
         if ((rc = sck_buf_reserve(out, need))) break;
         uint8_t *q = out->data + out->len, *flags = q++;
         unsigned f = (unsigned)e->kind | (e->present ? PF_PRESENT : 0) | (e->replicated ? PF_REPLICATED : 0);
         if (prev && prev->dtype == e->dtype && prev->ndim == e->ndim && !memcmp(prev->shape, e->shape, nb)) f |= PF_SAME_META;
         if (prev && state_same_boxes(prev, e)) f |= PF_SAME_PIECES;
         if (prev ? i == prev_i + 1 : i == 0) f |= PF_NEXT_INDEX;
+        unsigned x = (e->path ? PX_PATH : 0) | (fabric && plan_in_meta_pt(e) ? PX_META : 0);
+        if (x) f |= PF_EXT;
         *flags = (uint8_t)f;
+        if (x) *q++ = (uint8_t)x;
         if (!(f & PF_NEXT_INDEX)) q = sck_put_varint(q, i);
         q = sck_put_varint(q, shared);
         q = sck_put_varint(q, kl - shared);
@@ -86,6 +100,11 @@ int plan_encode_local(const sck_state *st, sck_buf *out) {
                 for (int d = 0; d < e->ndim; d++) q = sck_put_varint(q, (uint64_t)e->pieces[p].box.off[d]);
                 for (int d = 0; d < e->ndim; d++) q = sck_put_varint(q, (uint64_t)e->pieces[p].box.size[d]);
             }
+        }
+        if (e->path) {
+            q = sck_put_varint(q, e->path_len);
+            memcpy(q, e->path, e->path_len);
+            q += e->path_len;
         }
         out->len = (size_t)(q - out->data);
         prev = e;
@@ -123,6 +142,9 @@ typedef struct cur {
     const uint8_t *pieces;    /* the boxes' varints */
     uint64_t npieces;
     int pieces_ndim;
+    int meta;                 /* PX_META */
+    const uint8_t *path;      /* PX_PATH: the path's bytes, else NULL */
+    uint64_t path_len;
 } cur;
 
 enum { CUR_END = 0, CUR_OK = 1, CUR_BAD = -1, CUR_NOMEM = -2 };
@@ -133,8 +155,14 @@ static int cur_next(cur *c) {
     if (!c->left) return r->p == r->end ? CUR_END : CUR_BAD;
     c->left--;
     if (r->p == r->end) return CUR_BAD;
-    unsigned f = *r->p++;
-    if (f & 128u || (f & PF_KIND) > ENT_VALUE) return CUR_BAD;
+    unsigned f = *r->p++, x = 0;
+    if ((f & PF_KIND) > ENT_VALUE) return CUR_BAD;
+    if (f & PF_EXT) {
+        if (r->p == r->end) return CUR_BAD;
+        x = *r->p++;
+        if (x & ~(PX_PATH | PX_META) || !x) return CUR_BAD;
+    }
+    c->meta = !!(x & PX_META);
     c->index = f & PF_NEXT_INDEX ? (c->started ? c->index + 1 : 0) : (size_t)rd_var(r);
     uint64_t shared = rd_var(r), sl = rd_var(r);
     if (r->bad || shared > c->klen || sl > (uint64_t)(r->end - r->p) || shared + sl == 0 || (!c->started && shared))
@@ -183,6 +211,15 @@ static int cur_next(cur *c) {
         }
     } else if (!c->started || c->pieces_ndim != c->ndim) {
         return CUR_BAD;
+    }
+    c->path = NULL;
+    c->path_len = 0;
+    if (x & PX_PATH) {
+        c->path_len = rd_var(r);
+        if (r->bad || c->path_len > (uint64_t)(r->end - r->p) || c->path_len > UINT32_MAX || !kp_valid(r->p, (size_t)c->path_len))
+            return CUR_BAD;
+        c->path = r->p;
+        r->p += c->path_len;
     }
     if (r->bad) return CUR_BAD;
     c->started = 1;
@@ -353,7 +390,7 @@ static int new_chunks(builder *B, ck_entry *e, size_t n) {
     return SCK_OK;
 }
 
-static int model_entry(builder *B, const cur *f, ck_entry **out) {
+static int model_entry(builder *B, const cur *f, const cur *pw, ck_entry **out) {
     ck_meta *m = &B->p->m;
     if (m->n == B->cap_e && arena_grow(B->p, (void **)&m->e, &B->cap_e, m->n, m->n + 1, sizeof(ck_entry))) return nomem();
     m->cap = B->cap_e;
@@ -362,6 +399,11 @@ static int model_entry(builder *B, const cur *f, ck_entry **out) {
     e->dtype = -1;
     if (!(e->key = arena_alloc(B->p, f->klen + 1))) return nomem();
     memcpy(e->key, f->key, f->klen + 1);
+    if (pw) { /* the path some rank gave */
+        if (!(e->path = arena_alloc(B->p, (size_t)pw->path_len))) return nomem();
+        memcpy(e->path, pw->path, (size_t)pw->path_len);
+        e->path_len = (uint32_t)pw->path_len;
+    }
     m->n++;
     *out = e;
     return SCK_OK;
@@ -401,9 +443,30 @@ static int merge_key(builder *B, cur *const *g, size_t ng) {
             return sck_err(SCK_ERR_MISMATCH, "'%s': replicated on rank %d but sharded on rank %d", f->key,
                            f->replicated ? f->rank : x->rank, f->replicated ? x->rank : f->rank);
     }
+    const cur *pw = NULL; /* ranks that give a path give the same one */
+    for (size_t i = 0; i < ng; i++) {
+        const cur *x = g[i];
+        if (x->meta != f->meta)
+            return sck_err(SCK_ERR_MISMATCH, "'%s': rank %d and rank %d disagree on whether it goes to meta.pt (their paths differ)",
+                           f->key, f->rank, x->rank);
+        if (!x->path) continue;
+        if (!pw) pw = x;
+        else if (pw->path_len != x->path_len || memcmp(pw->path, x->path, (size_t)x->path_len))
+            return sck_err(SCK_ERR_MISMATCH, "'%s': rank %d and rank %d give it different paths", f->key, pw->rank, x->rank);
+    }
+    if (f->meta) { /* rank 0 writes it into meta.pt: neither an entry of .metadata nor an item */
+        const cur *w = NULL;
+        for (size_t i = 0; i < ng && !w; i++)
+            if (g[i]->present) w = g[i];
+        if (!w) return sck_err(SCK_ERR_INVALID_ARG, "'%s': no rank supplied data for this %s", f->key, kind_name(f->kind));
+        if (w->rank != 0)
+            return sck_err(SCK_ERR_INVALID_ARG, "'%s': a top-level %s of the Fabric layout goes to meta.pt, which rank 0 writes, but "
+                           "only rank %d supplied it", f->key, kind_name(f->kind), w->rank);
+        return SCK_OK;
+    }
     size_t ei = B->nent++;
     ck_entry *e = NULL;
-    int rc = B->only < 0 ? model_entry(B, f, &e) : SCK_OK;
+    int rc = B->only < 0 ? model_entry(B, f, pw, &e) : SCK_OK;
     if (rc) return rc;
     if (f->kind != ENT_TENSOR) {
         const cur *w = NULL;

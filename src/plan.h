@@ -8,9 +8,13 @@
 #include "dcp_meta.h"
 #include "state.h"
 
-/* Serializes this rank's state (keys, kinds, dtypes, shapes, boxes) for the plan exchange: entries in
- * key order, keys and repeated shapes/boxes compressed against the entry before.  Appends to out. */
-int plan_encode_local(const sck_state *st, sck_buf *out);
+/* Serializes this rank's state (keys, kinds, dtypes, shapes, boxes, paths) for the plan exchange:
+ * entries in key order, keys and repeated shapes/boxes compressed against the entry before.  With
+ * `fabric` (SCK_SAVE_FABRIC), the entries plan_in_meta_pt names are marked as going to meta.pt: the
+ * plan then holds them neither as model entries nor as items.  Appends to out. */
+int plan_encode_local(const sck_state *st, int fabric, sck_buf *out);
+/* 1 if e is a value or blob whose path has one element: the Fabric layout's meta.pt holds it. */
+int plan_in_meta_pt(const st_entry *e);
 
 typedef struct plan_item {
     size_t entry;        /* index into the model's entries (in key order) */
@@ -34,7 +38,7 @@ typedef struct save_plan {
 /* Merges the gathered local plans (concatenated, counts per rank) into the full model and every rank's
  * items.  Errors (identical on every rank): SCK_ERR_MISMATCH (kind/dtype/shape differ across ranks),
  * SCK_ERR_COVERAGE (shards overlap or leave holes), SCK_ERR_INVALID_ARG (a blob/value with no data
- * anywhere), SCK_ERR_FORMAT (corrupt plan), SCK_ERR_NOMEM. */
+ * anywhere; a meta.pt entry rank 0 does not supply), SCK_ERR_FORMAT (corrupt plan), SCK_ERR_NOMEM. */
 int plan_build(const uint8_t *all, const size_t *counts, int nranks, save_plan *out);
 
 /* The same; only_rank >= 0: check everything as plan_build does (same errors), but keep only that

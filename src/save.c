@@ -18,6 +18,7 @@
 #include "comm.h"
 #include "copy_par.h"
 #include "fileio.h"
+#include "meta_pt.h"
 #include "meta_side.h"
 #include "save_job.h"
 
@@ -110,12 +111,16 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     j->direct = !!(flags & SCK_SAVE_DIRECT_IO);
     j->stage_bytes = (uint64_t)(staging_mib ? staging_mib : 64) << 20;
     j->keep = keep;
+    j->fabric = !!(flags & SCK_SAVE_FABRIC);
+    sck_buf_init(&j->meta_pt);
     int rank = comm->rank, local = SCK_OK, copy_data = !(flags & SCK_SAVE_NO_COPY);
     /* Rank 0 settles the directory (recovery, leftovers, the temporary directory) before anyone writes. */
     if (rank == 0) {
         local = commit_init(&j->cm, dir, NULL);
         if (!local) local = commit_prepare(&j->cm);
         j->tmp_made = !local;
+        /* meta.pt is the state's values as they are now: an async save's snapshot of them */
+        if (!local && j->fabric) local = meta_pt_encode(st, &j->meta_pt);
     }
     copy_layout L;
     memset(&L, 0, sizeof L);
@@ -129,7 +134,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     }
     uint8_t rec[REC1] = {0};
     if (rank == 0 && j->cm.dir) memcpy(rec, j->cm.id, COMMIT_ID_LEN);
-    if (keep && keep->plan_ok && L.same && keep->rank == rank && keep->plan.nranks == comm->size) {
+    if (keep && keep->plan_ok && L.same && keep->rank == rank && keep->plan.nranks == comm->size && keep->plan_fabric == j->fabric) {
         rec[ID_REC] = 1;
         memcpy(rec + ID_REC + 1, keep->exchange, ID_REC);
     }
@@ -149,7 +154,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     sck_buf mine;
     sck_buf_init(&mine);
     if (!local && sck_buf_append(&mine, rec, sizeof rec)) local = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
-    if (!local && rec[ID_REC] != 1) local = plan_encode_local(st, &mine);
+    if (!local && rec[ID_REC] != 1) local = plan_encode_local(st, j->fabric, &mine);
     void *all = NULL;
     int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : save_fail_collectively(comm, local);
     sck_buf_free(&mine);
@@ -164,7 +169,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     }
     if (!rc && !reuse && !plans) { /* some ranks keep a plan, not all the same: collective 1b */
         sck_buf_init(&mine);
-        int enc = plan_encode_local(st, &mine);
+        int enc = plan_encode_local(st, j->fabric, &mine);
         rc = comm_agree_gather(comm, enc, mine.data, mine.len, &all, counts);
         sck_buf_free(&mine);
         skip = 0;
@@ -205,6 +210,7 @@ int save_begin(save_job *j, sck_comm *comm, const char *dir, const sck_state *st
     if (rc) {
         j->agreed = rc;
         if (j->tmp_made) commit_abort(&j->cm); /* nobody writes: every rank stops here */
+        sck_buf_free(&j->meta_pt);
         save_free_items(j);
         plan_free(&j->plan);
         commit_free(&j->cm);
@@ -225,6 +231,7 @@ void save_write(save_job *j) {
 
 void save_abandon(save_job *j) {
     dcp_meta_early_free(&j->meta);
+    sck_buf_free(&j->meta_pt);
     comm_gather_free(j->comm, j->all);
     free(j->counts);
     j->all = NULL;
@@ -262,6 +269,8 @@ int save_finish(save_job *j) {
         /* .metadata, then the model cache, which records that file's identity (src/meta_side.h),
          * encoded while the disk writes .metadata; nothing is visible before commit_publish swaps
          * the directory in. */
+        /* meta.pt before .metadata, the commit marker */
+        if (!local && j->fabric) local = write_file(j->cm.tmp, META_PT_NAME, j->meta_pt.data, j->meta_pt.len, j->do_fsync);
         fwriter mw;
         if (!local && !(local = write_file_begin(j->cm.tmp, ".metadata", meta.data, meta.len, j->do_fsync, &mw))) {
             local = meta_side_write(j->cm.tmp, &j->plan.m, meta.data, meta.len);
@@ -274,10 +283,12 @@ int save_finish(save_job *j) {
     comm_gather_free(comm, all);
     if (counts != counts_stack) free(counts);
     dcp_meta_early_free(&j->meta);
+    sck_buf_free(&j->meta_pt);
     if (j->keep && j->plan.nitems) { /* valid for this structure, whatever became of the save */
         j->keep->plan = j->plan;
         j->keep->plan_ok = 1;
         j->keep->rank = j->rank;
+        j->keep->plan_fabric = j->fabric;
         memcpy(j->keep->exchange, j->exchange, sizeof j->exchange);
         memset(&j->plan, 0, sizeof j->plan);
     }
@@ -296,7 +307,7 @@ int save_finish(save_job *j) {
 }
 
 /* Flags sck_save and sck_save_async accept. */
-#define SAVE_FLAGS (SCK_SAVE_NO_FSYNC | SCK_SAVE_DIRECT_IO)
+#define SAVE_FLAGS (SCK_SAVE_NO_FSYNC | SCK_SAVE_DIRECT_IO | SCK_SAVE_FABRIC)
 
 int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts) {
     sck_err_clear();

@@ -80,7 +80,7 @@ void sck_async_free(sck_async *a) {
     free(a);
 }
 
-#define ASYNC_FLAGS (SCK_SAVE_NO_FSYNC | SCK_SAVE_DIRECT_IO | SCK_SAVE_NO_COPY | SCK_SAVE_FULL_PRIORITY)
+#define ASYNC_FLAGS (SCK_SAVE_NO_FSYNC | SCK_SAVE_DIRECT_IO | SCK_SAVE_NO_COPY | SCK_SAVE_FULL_PRIORITY | SCK_SAVE_FABRIC)
 
 int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts) {
     sck_err_clear();

@@ -186,7 +186,7 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
 
     /* 1: plans */
     int local = counts ? fault(rank, "plan") : sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
-    if (!local) local = plan_encode_local(st, &mine);
+    if (!local) local = plan_encode_local(st, 0, &mine);
     int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : comm_agree(comm, local);
     if (rc) goto out;
     local = plan_build(all, counts, comm->size, &plan);

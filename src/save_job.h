@@ -63,6 +63,7 @@ typedef struct save_keep {
     int plan_ok;
     int rank;                 /* ... for this rank ... */
     char exchange[16];        /* ... in the save whose commit id this is (the same on every rank) */
+    int plan_fabric;          /* ... with or without SCK_SAVE_FABRIC */
 } save_keep;
 
 #define SAVE_REC 4 /* uint64s per item record (save_job.recs) */
@@ -90,6 +91,8 @@ typedef struct save_job {
     char exchange[16];        /* the commit id of the save whose exchange the plan comes from */
     dcp_meta_early meta;      /* rank 0: .metadata encoded while its file was being written */
     int meta_early;           /* meta holds it (else .metadata is encoded whole at the end) */
+    int fabric;               /* SCK_SAVE_FABRIC: rank 0 writes meta.pt, the plan leaves its entries out */
+    sck_buf meta_pt;          /* rank 0, fabric: meta.pt's bytes, encoded from the state in save_begin */
 } save_job;
 
 /* Flags and options checked by the caller.  keep (async saves): copy the state into keep (tensor

@@ -59,7 +59,8 @@ static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 /* 1 if a and b would give the same local plan (everything plan_encode_local sends). */
 static int same_structure(const st_entry *a, const st_entry *b) {
     return a->kind == b->kind && a->present == b->present && a->dtype == b->dtype && a->replicated == b->replicated &&
-           state_same_boxes(a, b) && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) && !strcmp(a->key, b->key);
+           state_same_boxes(a, b) && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) && !strcmp(a->key, b->key) &&
+           a->path_len == b->path_len && !!a->path == !!b->path && (!a->path || !memcmp(a->path, b->path, a->path_len));
 }
 
 /* Snapshot layout: tensor data (pieces of 256 KiB or more page-aligned, as in the file), then the
@@ -70,7 +71,7 @@ void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data,
     for (size_t i = 0; i < st->n; i++) {
         const st_entry *e = &st->e[i];
         if (same && !same_structure(e, &old->e[i])) same = 0;
-        keys += strlen(e->key) + 1;
+        keys += strlen(e->key) + 1 + (e->path ? e->path_len : 0); /* a path lies after its key */
         pieces += e->npieces;
         if (e->kind == ENT_BLOB && e->present) blobs += e->blob_n;
         for (size_t k = 0; copy_data && e->kind == ENT_TENSOR && k < e->npieces; k++) {
@@ -132,6 +133,11 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
         memcpy(ck, e->key, kl);
         d->key = ck;
         ck += kl;
+        if (e->path) {
+            memcpy(ck, e->path, e->path_len);
+            d->path = (uint8_t *)ck;
+            ck += e->path_len;
+        }
         d->pieces = cp;
         d->cap = e->npieces;
         for (size_t k = 0; k < e->npieces; k++) {

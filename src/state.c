@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "key_path.h"
+
 static uint64_t hash_str(const char *s) {
     uint64_t h = 1469598103934665603ull;
     for (; *s; s++) h = (h ^ (uint8_t)*s) * 1099511628211ull;
@@ -54,6 +56,7 @@ void sck_state_free(sck_state *st) {
             free(st->e[i].key);
             free(st->e[i].pieces);
             free(st->e[i].blob);
+            free(st->e[i].path);
         }
         sck_value_free(st->e[i].value);
     }
@@ -256,6 +259,26 @@ int sck_state_add_value(sck_state *st, const char *key, sck_value *v) {
     }
     e->value = v;
     e->present = v != NULL;
+    return SCK_OK;
+}
+
+int sck_state_set_path(sck_state *st, const char *key, const sck_value *path) {
+    st_entry *e = st && key ? state_find(st, key) : NULL;
+    if (!e) return sck_err(SCK_ERR_INVALID_ARG, "%s: sck_state_set_path: no such entry in the state", key ? key : "(null)");
+    sck_buf b;
+    sck_buf_init(&b);
+    int rc = kp_from_value(path, key, &b);
+    if (!rc && b.len > UINT32_MAX) rc = sck_err(SCK_ERR_INVALID_ARG, "'%s': path too long", key);
+    if (rc) {
+        sck_buf_free(&b);
+        return rc;
+    }
+    free(e->path);
+    e->path = NULL;
+    e->path_len = 0;
+    if (kp_is_default(b.data, b.len, key)) sck_buf_free(&b); /* recorded as no path: the same on disk */
+    else e->path = b.data, e->path_len = (uint32_t)b.len;
+    state_touch(st);
     return SCK_OK;
 }
 

@@ -28,6 +28,8 @@ typedef struct st_entry {
     size_t blob_n;
     sck_value *value;
     int loaded;
+    uint8_t *path;       /* sck_state_set_path's path, encoded (src/key_path.h); NULL: the default */
+    uint32_t path_len;
 } st_entry;
 
 struct sck_state {

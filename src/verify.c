@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "ckpt.h"
+#include "meta_pt.h"
 #include "meta_side.h"
 
 /* Chunks of a tensor must cover it exactly once: no overlap (also refused at open), no hole. */
@@ -70,6 +71,21 @@ static int check_side(const sck_ckpt *ck) {
     return same ? SCK_OK : sck_err(SCK_ERR_FORMAT, "%s/%s: describes another checkpoint than %s", ck->dir, META_SIDE_NAME, mp);
 }
 
+/* meta.pt is read again (its data.pkl's zip CRC-32 checked, the pickle decoded): it must still hold
+ * what the open read. */
+static int check_meta_pt(const sck_ckpt *ck, sck_verify_stats *st) {
+    sck_value *d = NULL;
+    int rc = meta_pt_read(ck->dir, &d);
+    if (!rc && !sck_value_equal(d, ck->meta_pt))
+        rc = sck_err(SCK_ERR_FORMAT, "%s/%s: changed since the checkpoint was opened", ck->dir, META_PT_NAME);
+    sck_value_free(d);
+    if (rc) return rc;
+    for (size_t k = 0; k < ck->n_meta; k++) st->bytes += ck->meta_nbytes[k];
+    st->entries += ck->n_meta;
+    st->chunks++;
+    return SCK_OK;
+}
+
 int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats) {
     if (!ck) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_verify: NULL checkpoint");
     sck_verify_stats st;
@@ -87,6 +103,7 @@ int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats) {
         for (size_t c = 0; ck->res[i] && c < ck->m.e[i].nchunks; c++) ck->res[i][c].done = 0;
     for (size_t i = 0; i < ck->m.n && !rc; i++) rc = check_entry(ck, i, scratch, &st);
     free(scratch);
+    if (!rc && ck->n_meta) rc = check_meta_pt(ck, &st);
     if (stats) *stats = st;
     return rc;
 }

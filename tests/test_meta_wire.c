@@ -357,11 +357,11 @@ TEST(meta_wire_rejects_bad_headers_and_nul_bytes) {
     CHECK_ERR(meta_wire_decode(b.data, b.len, "h", &back), SCK_ERR_FORMAT, "the header declares 7 chunks and 54+44 string bytes, the body holds 7 and 53+44");
     b.data[28]--;
     /* a NUL inside the first file name: right after the header and its 4-byte length */
-    b.data[44 + 4 + 2] = 0;
-    CHECK_ERR(meta_wire_decode(b.data, b.len, "h", &back), SCK_ERR_FORMAT, "offset 48: a file name holds a NUL byte");
-    b.data[44 + 4 + 2] = '_';
-    b.data[101 + 1] = 0; /* inside the first key, "a.bytes": after the 3 file names */
-    CHECK_ERR(meta_wire_decode(b.data, b.len, "h", &back), SCK_ERR_FORMAT, "offset 101: a key holds a NUL byte");
+    b.data[52 + 4 + 2] = 0;
+    CHECK_ERR(meta_wire_decode(b.data, b.len, "h", &back), SCK_ERR_FORMAT, "offset 56: a file name holds a NUL byte");
+    b.data[52 + 4 + 2] = '_';
+    b.data[109 + 1] = 0; /* inside the first key, "a.bytes": after the 3 file names */
+    CHECK_ERR(meta_wire_decode(b.data, b.len, "h", &back), SCK_ERR_FORMAT, "offset 109: a key holds a NUL byte");
     sck_buf_free(&b);
     ck_meta_free(&m);
 }

@@ -151,7 +151,7 @@ static int build_under_test(sck_state **st, int R, int only, save_plan *p) {
     for (int r = 0; r < R && !rc; r++) {
         size_t before = all.len;
         rc = sck_buf_append(&all, "header!", HDR);
-        if (!rc) rc = plan_encode_local(st[r], &all);
+        if (!rc) rc = plan_encode_local(st[r], 0, &all);
         counts[r] = all.len - before;
     }
     if (!rc) rc = plan_build_ex(all.data, counts, HDR, R, only, p);
@@ -377,7 +377,7 @@ TEST(plan_of_a_uniform_split_is_compact_and_matches) {
     }
     sck_buf b;
     sck_buf_init(&b);
-    REQUIRE_OK(plan_encode_local(st[1], &b));
+    REQUIRE_OK(plan_encode_local(st[1], 0, &b));
     CHECK(b.len < 6 * N); /* flags, shared-prefix length, suffix length, 1-2 suffix bytes */
     sck_buf_free(&b);
     CHECK_OK(compare_plans(st, R));
@@ -433,7 +433,7 @@ TEST(plan_refuses_corrupt_plans) {
     size_t counts[R];
     for (int r = 0; r < R; r++) {
         sck_buf_init(&b[r]);
-        REQUIRE_OK(plan_encode_local(st[r], &b[r]));
+        REQUIRE_OK(plan_encode_local(st[r], 0, &b[r]));
     }
     uint64_t s = 99;
     int refused = 0;
