@@ -1,4 +1,4 @@
-/* cmd_convert.c - `shardckpt convert SRC DST --to dcp|safetensors|hf [--ranks N] [--max-shard-size S]`.
+/* cmd_convert.c - `shardckpt convert SRC DST --to dcp|fabric|safetensors|hf [--ranks N] [--max-shard-size S]`.
  *
  * Two engines:
  *   - ranks: N thread-ranks each load a dim-0 slice of every tensor (in batches, for progress) and
@@ -20,7 +20,7 @@
 #define LOAD_BATCH (256u << 20)   /* tensor bytes per sck_load call in the ranks engine */
 
 static const char *const USAGE =
-    "usage: shardckpt convert SRC DST [--to dcp|safetensors|hf] [--ranks N] [--max-shard-size SIZE]\n"
+    "usage: shardckpt convert SRC DST [--to dcp|fabric|safetensors|hf] [--ranks N] [--max-shard-size SIZE]\n"
     "                                 [--no-fsync]\n"
     "\n"
     "Converts a checkpoint between PyTorch DCP, safetensors and the Hugging Face sharded layout.\n"
@@ -29,6 +29,9 @@ static const char *const USAGE =
     "\n"
     "  --to dcp          DST is a DCP directory saved as N ranks (threads) would save it, every\n"
     "                    tensor split along dim 0 (ceil(rows/N) rows per rank).  Default N = 1.\n"
+    "                    Every entry keeps its path in the nested state dict (planner_data).\n"
+    "  --to fabric       the same, in Lightning Fabric's layout: the values at the top of the state\n"
+    "                    (keys without a dot, e.g. step, hparams) go to DST/meta.pt.\n"
     "  --to safetensors  DST is one .safetensors file holding every tensor in full.\n"
     "  --to hf           DST is a directory of model-0000K-of-0000N.safetensors files and\n"
     "                    model.safetensors.index.json, as transformers' save_pretrained writes.\n"
@@ -45,7 +48,7 @@ static const char *const USAGE =
     "\n"
     "Exit status: 0 ok, 1 error (one line on stderr), 2 bad usage.\n";
 
-enum { TO_DCP, TO_ST, TO_HF };
+enum { TO_DCP, TO_FABRIC, TO_ST, TO_HF };
 
 typedef struct conv {
     cli_src src;
@@ -142,10 +145,19 @@ static int conv_rank(sck_comm *comm, void *arg) {
         sck_value *v = sck_value_clone(sck_value_at(c->values, i));
         rc = v ? sck_state_add_value(st, sck_value_key_at(c->values, i), v) : sck_err(SCK_ERR_NOMEM, "out of memory");
     }
+    /* Each entry keeps its path (planner_data); meta.pt's are top-level keys. */
+    for (size_t i = 0; i < n && !rc && (c->to == TO_DCP || c->to == TO_FABRIC); i++) {
+        const cli_entry *e = &c->src.e[i];
+        sck_value *p = NULL;
+        if (e->kind == CLI_VALUE) continue;
+        rc = sck_ckpt_entry_path(c->src.ck, e->index, &p);
+        if (!rc) rc = sck_state_set_path(st, e->key, p);
+        sck_value_free(p);
+    }
     rc = sck_comm_agree(comm, rc);
     if (!rc && rank == 0) progress_label(c->pg, "writing");
-    if (!rc && c->to == TO_DCP) {
-        sck_save_opts so = {c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC, 0, {0}};
+    if (!rc && (c->to == TO_DCP || c->to == TO_FABRIC)) {
+        sck_save_opts so = {(c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC) | (c->to == TO_FABRIC ? SCK_SAVE_FABRIC : 0), 0, {0}};
         rc = sck_save(comm, c->dst, st, &so);
     } else if (!rc) {
         sck_full_opts fo = {c->to == TO_HF ? SCK_FULL_HF_SHARDED : SCK_FULL_SAFETENSORS, c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC,
@@ -258,15 +270,16 @@ int cmd_convert(int argc, char **argv) {
     }
     if (!src || !dst) return cli_usage_error("convert", "wants SRC and DST");
     if (!to && ends_with(dst, ".safetensors")) to = "safetensors";
-    if (!to) return cli_usage_error("convert", "say --to dcp, --to safetensors or --to hf");
+    if (!to) return cli_usage_error("convert", "say --to dcp, --to fabric, --to safetensors or --to hf");
     conv c;
     memset(&c, 0, sizeof c);
     c.dst = dst;
     c.do_fsync = do_fsync;
     if (!strcmp(to, "dcp")) c.to = TO_DCP;
+    else if (!strcmp(to, "fabric")) c.to = TO_FABRIC;
     else if (!strcmp(to, "safetensors")) c.to = TO_ST;
     else if (!strcmp(to, "hf")) c.to = TO_HF;
-    else return cli_usage_error("convert", "--to must be dcp, safetensors or hf, not '%s'", to);
+    else return cli_usage_error("convert", "--to must be dcp, fabric, safetensors or hf, not '%s'", to);
     if (shard && c.to != TO_HF) return cli_usage_error("convert", "--max-shard-size only applies to --to hf");
     if (shard && st_parse_size(shard, &c.max_shard))
         return cli_usage_error("convert", "--max-shard-size wants a size such as 5GB, 500MB or 2GiB, not '%s'", shard);
@@ -275,7 +288,7 @@ int cmd_convert(int argc, char **argv) {
     if (cli_src_open(&c.src, src)) return cli_fail();
     int rc = read_values(&c);
     if (!rc) {
-        int ranked = c.to == TO_DCP || ranks;
+        int ranked = c.to == TO_DCP || c.to == TO_FABRIC || ranks;
         /* ranks engine: the first half of the bar is reading, the second writing */
         c.pg = progress_start(ranked ? "reading" : "converting", c.tensor_bytes * (ranked ? 2 : 1));
         if (ranked) rc = sck_threads_run(c.ranks, conv_rank, &c);

@@ -82,6 +82,13 @@ static int print_json(cli_src *s) {
             free(js);
             continue;
         }
+        sck_value *path = NULL; /* where the entry sits in the nested state dict */
+        if (!rc && (rc = sck_ckpt_entry_path(s->ck, e->index, &path)) == SCK_OK) {
+            char *js = sck_value_to_json(path);
+            rc |= js ? sck_buf_printf(&b, ",\"path\":%s", js) : SCK_ERR_NOMEM;
+            free(js);
+        }
+        sck_value_free(path);
         if (e->kind == CLI_TENSOR) {
             rc |= sck_buf_printf(&b, ",\"dtype\":\"%s\",\"shape\":[", sck_dtype_name(e->info.dtype));
             for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, e->info.shape[d]);

@@ -233,6 +233,20 @@ class Suite:
                     self.p("ckt", "expected.safetensors"), "--ranks", "3",
                     "--values", self.p("ckt", "expected_values.json")])
 
+    def b_fabric_layout(self):
+        """torch DCP -> shardckpt's Fabric layout on 3 ranks: torch loads the tensors through DCP (and
+        finds no values there) and the values through meta.pt; shardckpt reads both back."""
+        exp, vals = self.torch_expected(self.p("ckt"))
+        run([CLI, "convert", self.p("ckt"), self.p("ckf"), "--to", "fabric", "--ranks", "3"])
+        tensors_only = self.p("ckf_tensors.safetensors")
+        npst.write(tensors_only, exp)
+        out = run([PY, os.path.join(HERE, "torch_load_check.py"), self.p("ckf"), tensors_only])
+        out += run([PY, os.path.join(HERE, "fabric_meta_check.py"), self.p("ckf"), self.p("ckt", "expected_values.json")])
+        run([CLI, "verify", self.p("ckf")])
+        run([CLI, "convert", self.p("ckf"), self.p("outf.safetensors"), "--to", "safetensors"])
+        self.expect_no_problems(compare_safetensors(self.p("outf.safetensors"), exp, vals))
+        return out
+
     # -- (d) inspect ------------------------------------------------------------------------------
     def inspect_mentions(self, ckdir, keys):
         out = run([CLI, "inspect", "--flat", ckdir])
@@ -278,6 +292,8 @@ def main():
                        s.b_torch_loads_resave)
                 s.case("(b) shardckpt's re-save .metadata + BYTE_IO items checked under torch+shim",
                        s.b_metadata_resave)
+            s.case("(b) torch DCP -> shardckpt Fabric layout (meta.pt) on 3 ranks; torch loads DCP + meta.pt, round trip",
+                   s.b_fabric_layout)
             s.case("(d) shardckpt inspect of torch's DCP exits 0 and names every key", s.d_inspect_ckt)
             full_cases.add_torch_cases(s, sys.modules[__name__])
         else:
