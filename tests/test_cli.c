@@ -142,7 +142,7 @@ TEST(cli_help_for_every_command) {
     CHECK(strstr(g_err, "shardckpt: inspect: unknown option '--bogus'") && strstr(g_err, "Try 'shardckpt inspect --help'"));
     CHECK(RUN("inspect") == 2);
     CHECK(RUN("convert a b --to zip") == 2);
-    CHECK(strstr(g_err, "--to must be dcp, safetensors or hf, not 'zip'") != NULL);
+    CHECK(strstr(g_err, "--to must be dcp, fabric, safetensors or hf, not 'zip'") != NULL);
     CHECK(RUN("convert a b") == 2);
     CHECK(strstr(g_err, "say --to dcp") != NULL);
     CHECK(RUN("convert a b --to hf --max-shard-size 5XB") == 2);
