@@ -3,6 +3,7 @@
  *   mpi_ckpt save DIR [CHUNK]      N ranks save a known state (boxes, flat shards, replicated, values, blob)
  *   mpi_ckpt load DIR... [CHUNK]   N ranks load each DIR with another sharding; every byte is checked
  *   mpi_ckpt errors DIR            injected failures on one rank: same status and message on every rank
+ *   mpi_ckpt fabric DIR            the Fabric layout (meta.pt) and entry paths, saved and loaded over MPI
  *   mpi_ckpt comm                  the backend's collectives, with and without message splitting
  *
  * CHUNK (a number) makes the communicator split transfers into messages of at most CHUNK bytes.
@@ -276,6 +277,81 @@ static void do_errors(const char *base) {
     sck_comm_free(c);
 }
 
+/* ------------------------------------------------------------ Fabric layout and paths */
+
+/* N ranks save model.w by rows and its Adam moment under a path torch would give it, "step" from rank 0
+ * only and a learning rate under optimizer.param_groups; the same ranks load it back (rank 0 broadcasts
+ * the model, the others read meta.pt themselves) and check every value and the path. */
+static void do_fabric(const char *dir) {
+    sck_comm *c = make_comm(0);
+    static float w[WR * WC], got[WR * WC], mom[WR * WC];
+    int n = g_size, r = g_rank;
+    int64_t r0 = WR * r / n, r1 = WR * (r + 1) / n, shape[2] = {WR, WC}, off[2] = {r0, 0}, sz[2] = {r1 - r0, WC};
+    for (int64_t i = 0; i < (r1 - r0) * WC; i++) w[i] = w_at(r0 + i / WC, i % WC), mom[i] = -w[i];
+    const char *mkey = "optimizer.state.l1.weight.exp_avg";
+    sck_state *st = sck_state_new();
+    int rc = c ? SCK_OK : SCK_ERR_COMM;
+    if (!rc && r1 > r0) rc = sck_state_add_box(st, "model.w", SCK_F32, 2, shape, off, sz, w);
+    if (!rc && r1 > r0) rc = sck_state_add_box(st, mkey, SCK_F32, 2, shape, off, sz, mom);
+    if (!rc && r1 > r0) {
+        sck_value *p = NULL;
+        const char *js = "[\"optimizer\",\"state\",\"l1.weight\",\"exp_avg\"]";
+        rc = sck_value_from_json(js, strlen(js), &p);
+        if (!rc) rc = sck_state_set_path(st, mkey, p);
+        sck_value_free(p);
+    }
+    if (!rc && r == 0) rc = sck_state_add_value(st, "step", sck_value_int(1234));
+    if (!rc) rc = sck_state_add_value(st, "optimizer.param_groups.0.lr", sck_value_float(0.5));
+    sck_save_opts so;
+    memset(&so, 0, sizeof so);
+    so.flags = SCK_SAVE_FABRIC;
+    if (c) { /* a rank whose state could not be built still joins the collective, and fails */
+        int saved = sck_save(c, dir, st, &so);
+        rc = rc ? rc : saved;
+    }
+    verdict("fabric: save with meta.pt", rc == SCK_OK, sck_last_error());
+    sck_state_free(st);
+
+    st = sck_state_new();
+    rc = c ? SCK_OK : SCK_ERR_COMM;
+    if (r1 > r0) rc = sck_state_add_box(st, "model.w", SCK_F32, 2, shape, off, sz, got);
+    if (!rc) rc = sck_state_add_value(st, "step", NULL);
+    if (!rc) rc = sck_state_add_value(st, "optimizer.param_groups.0.lr", NULL);
+    sck_load_opts lo;
+    memset(&lo, 0, sizeof lo);
+    if (!rc && c) rc = sck_load(c, dir, st, &lo);
+    const sck_value *step = sck_state_value(st, "step"), *lr = sck_state_value(st, "optimizer.param_groups.0.lr");
+    int ok = rc == SCK_OK && step && sck_value_get_int(step) == 1234 && lr && sck_value_get_float(lr) == 0.5 &&
+             !memcmp(got, w, (size_t)((r1 - r0) * WC) * sizeof *w);
+    verdict("fabric: load meta.pt values and tensors on every rank", ok, rc ? sck_last_error() : "a value or row differs");
+    sck_state_free(st);
+
+    ok = 1;
+    char detail[256] = "";
+    if (r == 0) {
+        sck_ckpt *ck = NULL;
+        sck_value *p = NULL;
+        long i = -1, si = -1;
+        char *js = NULL;
+        struct stat sb;
+        char mp[4200];
+        snprintf(mp, sizeof mp, "%s/meta.pt", dir);
+        if (stat(mp, &sb) != 0) ok = 0, snprintf(detail, sizeof detail, "no meta.pt");
+        if (ok && sck_ckpt_open(dir, &ck)) ok = 0, snprintf(detail, sizeof detail, "%s", sck_last_error());
+        if (ok) i = sck_ckpt_find(ck, mkey), si = sck_ckpt_find(ck, "step");
+        if (ok && (i < 0 || si < 0 || sck_ckpt_entry_path(ck, (size_t)i, &p))) ok = 0, snprintf(detail, sizeof detail, "no %s or step", mkey);
+        if (ok) js = sck_value_to_json(p);
+        if (ok && (!js || strcmp(js, "[\"optimizer\",\"state\",\"l1.weight\",\"exp_avg\"]"))) ok = 0, snprintf(detail, sizeof detail, "path %s", js ? js : "?");
+        sck_entry_info e;
+        if (ok && (sck_ckpt_entry(ck, (size_t)si, &e) || strcmp(e.file, "meta.pt"))) ok = 0, snprintf(detail, sizeof detail, "step is not in meta.pt");
+        free(js);
+        sck_value_free(p);
+        sck_ckpt_close(ck);
+    }
+    verdict("fabric: the checkpoint holds step in meta.pt and the moment's path", ok, detail);
+    sck_comm_free(c);
+}
+
 /* ------------------------------------------------------------ the backend itself */
 
 static void do_comm(void) {
@@ -369,9 +445,10 @@ int main(int argc, char **argv) {
     else if (!strcmp(mode, "load") && last >= 3)
         for (int i = 2; i < last; i++) do_load(argv[i], chunk);
     else if (!strcmp(mode, "errors") && last == 3) do_errors(argv[2]);
+    else if (!strcmp(mode, "fabric") && last == 3) do_fabric(argv[2]);
     else if (!strcmp(mode, "comm") && last == 2) do_comm();
     else {
-        if (g_rank == 0) fprintf(stderr, "usage: mpi_ckpt save DIR [CHUNK] | load DIR... [CHUNK] | errors DIR | comm\n");
+        if (g_rank == 0) fprintf(stderr, "usage: mpi_ckpt save DIR [CHUNK] | load DIR... [CHUNK] | errors DIR | fabric DIR | comm\n");
         MPI_Finalize();
         return 2;
     }

@@ -72,6 +72,9 @@ if [ "$MPI" = 1 ]; then
     for n in $SIZES; do
         suite "error agreement on $n" $RUN "$n" $B/tests/mpi/mpi_ckpt errors "$tmp/err$n"
     done
+    for n in 1 3; do
+        suite "Fabric layout and entry paths on $n" $RUN "$n" $B/tests/mpi/mpi_ckpt fabric "$tmp/fabric$n"
+    done
 fi
 
 # MPICH, when installed beside Open MPI: the backend, the tests and fsdp_train build with its wrapper
