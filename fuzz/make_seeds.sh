@@ -16,8 +16,11 @@ trap 'rm -rf "$w"' EXIT
 if PYTHONPATH=tests/interop "$PY" tests/interop/torch_save_ref.py "$w/torch" --single-file-per-rank >/dev/null 2>&1; then
     "$B/bin/shardckpt" convert "$w/torch" "$w/torch.safetensors" --to safetensors >/dev/null
 fi
-# fuzz/corpus/meta_wire (models, not files) was made once from the pickle seeds' .metadata: kept.
-rm -rf fuzz/corpus/ckpt fuzz/corpus/pickle fuzz/corpus/zip fuzz/corpus/safetensors
+# fuzz/corpus/meta_wire (models, not files) is made from the pickle seeds' .metadata by dcp_meta_decode and
+# meta_wire_encode, remade when the model layout changes: kept.  fuzz/corpus/pickle/torch26.metadata is a
+# torch 2.6 save of an nn.Module and Adam (full planner_data paths), made in the torch 2.6 chroot: kept.
+find fuzz/corpus/pickle -type f ! -name torch26.metadata -delete 2>/dev/null || true
+rm -rf fuzz/corpus/ckpt fuzz/corpus/zip fuzz/corpus/safetensors
 mkdir -p fuzz/corpus/ckpt fuzz/corpus/pickle fuzz/corpus/zip fuzz/corpus/safetensors
 "$PY" - "$w" <<'PYEOF'
 import glob, io, os, struct, sys, zipfile
