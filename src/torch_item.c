@@ -51,6 +51,31 @@ typedef struct enc_frame {
     size_t next;
 } enc_frame;
 
+/* bytes as pickle protocol 2 writes them, _codecs.encode(<the bytes as latin-1 characters>, 'latin1'): the
+ * form torch.load(weights_only=True) reads (torch 2.6's weights-only unpickler knows no BINBYTES opcode;
+ * protocol 2 writes b"" as builtins.bytes(), which it refuses too, so that goes the same way). */
+static int enc_bytes(pk_writer *w, const uint8_t *p, size_t n) {
+    if (n > (SIZE_MAX - 1) / 2) return sck_err(SCK_ERR_NOMEM, "out of memory encoding %zu bytes", n);
+    char *u = malloc(2 * n + 1);
+    if (!u) return sck_err(SCK_ERR_NOMEM, "out of memory encoding %zu bytes", n);
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] < 0x80) {
+            u[k++] = (char)p[i];
+        } else { /* U+0080..U+00FF in UTF-8 */
+            u[k++] = (char)(0xC0 | (p[i] >> 6));
+            u[k++] = (char)(0x80 | (p[i] & 0x3F));
+        }
+    }
+    pk_global(w, "_codecs", "encode");
+    pk_str(w, u, k);
+    pk_cstr_memo(w, "latin1");
+    pk_tuple(w, 2);
+    pk_reduce(w);
+    free(u);
+    return SCK_OK;
+}
+
 int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
     pk_writer w;
     pk_begin(&w, out, 2);
@@ -75,7 +100,7 @@ int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
         case SCK_VAL_BYTES: {
             size_t n;
             const char *s = sck_value_get_string(v, &n);
-            pk_bytes(&w, s, n);
+            if ((rc = enc_bytes(&w, (const uint8_t *)s, n))) goto done;
             break;
         }
         case SCK_VAL_LIST:

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt_fixture.h"
+#include "torch_item.h"
 #include "harness.h"
 
 #define ROWS 6
@@ -355,4 +356,24 @@ TEST(fabric_layout_with_async_saves) {
     CHECK(v && sck_value_get_int(v) == 2);
     sck_value_free(v);
     sck_ckpt_close(ck);
+}
+
+/* Bytes go as protocol 2 writes them, _codecs.encode(latin-1 text, 'latin1'), the one form torch 2.6's
+ * weights-only unpickler (torch.load's default) takes: it has no BINBYTES, and refuses builtins.bytes(). */
+TEST(value_bytes_pickle_as_codecs_encode) {
+    sck_value *d = sck_value_dict();
+    sck_value_dict_set(d, "e", sck_value_bytes("", 0));
+    sck_value_dict_set(d, "x", sck_value_bytes("\x00\x7f\x80\xff", 4));
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(ti_encode_value_pkl(&b, d));
+    CHECK(memmem(b.data, b.len, "c_codecs\nencode\n", 16) != NULL);
+    CHECK(memmem(b.data, b.len, "\x00\x7f\xc2\x80\xc3\xbf", 6) != NULL); /* U+0080, U+00FF in UTF-8 */
+    for (size_t i = 0; i + 1 < b.len; i++) CHECK(!(b.data[i] == 'c' && !memcmp(b.data + i, "c__builtin__\nbytes", 18)));
+    sck_value *back = NULL;
+    REQUIRE_OK(ti_decode_value_pkl(b.data, b.len, "test", &back));
+    CHECK(sck_value_equal(back, d));
+    sck_value_free(back);
+    sck_value_free(d);
+    sck_buf_free(&b);
 }
