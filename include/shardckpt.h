@@ -111,9 +111,15 @@ int sck_dtype_from_name(const char *name, sck_dtype *out);
 
 typedef struct sck_value sck_value;
 
+/* TUPLE is a list that torch gets back as a Python tuple (the list functions work on it).  BIGINT is
+ * an integer beyond int64, held as decimal text (sck_value_get_string).  PICKLE is a Python object
+ * outside this subset (a set, complex, a numpy array, torch.Size ...), kept as the pickle bytes that
+ * torch.save wrote for it (sck_value_get_string): nothing in it is ever run or imported, and saving
+ * it writes those bytes back unchanged.  Only a whole byte item can be a PICKLE value. */
 typedef enum sck_value_kind {
     SCK_VAL_NULL = 0, SCK_VAL_BOOL, SCK_VAL_INT, SCK_VAL_FLOAT,
-    SCK_VAL_STRING, SCK_VAL_BYTES, SCK_VAL_LIST, SCK_VAL_DICT
+    SCK_VAL_STRING, SCK_VAL_BYTES, SCK_VAL_LIST, SCK_VAL_DICT,
+    SCK_VAL_TUPLE, SCK_VAL_BIGINT, SCK_VAL_PICKLE
 } sck_value_kind;
 
 /* Constructors return a new value owned by the caller, or NULL when out of memory. */
@@ -129,8 +135,16 @@ sck_value *sck_value_string_n(const char *s, size_t n);
 sck_value *sck_value_bytes(const void *data, size_t n);
 sck_value *sck_value_list(void);
 sck_value *sck_value_dict(void);
+/** An empty tuple (fill it with sck_value_list_append). */
+sck_value *sck_value_tuple(void);
+/** The integer written as decimal text `s` ("-?[0-9]+", no leading zeros); one that fits in int64
+ *  comes back as SCK_VAL_INT.  NULL when out of memory or `s` is not such a number. */
+sck_value *sck_value_bigint(const char *s);
+/** Copies `n` (> 0) bytes of a pickle stream (a torch.save archive's data.pkl) as a PICKLE value.
+ *  The bytes are not checked here; saving a state that holds one writes them as they are. */
+sck_value *sck_value_pickle(const void *data, size_t n);
 
-/** Appends `item` to `list`, taking ownership of `item` (also on failure, where it is freed).
+/** Appends `item` to `list` (a list or tuple), taking ownership of `item` (also on failure, where it is freed).
  *  Errors: SCK_ERR_INVALID_ARG (not a list / NULL), SCK_ERR_NOMEM. */
 int sck_value_list_append(sck_value *list, sck_value *item);
 /** Sets dict[key] = item, replacing (and freeing) any previous value; keeps insertion order.
@@ -147,21 +161,24 @@ sck_value_kind sck_value_kind_of(const sck_value *v);
 int sck_value_get_bool(const sck_value *v);       /**< 0 unless a true bool */
 int64_t sck_value_get_int(const sck_value *v);    /**< 0 unless an int */
 double sck_value_get_float(const sck_value *v);   /**< floats, and ints converted; else 0 */
-/** String or bytes data (NUL-terminated for convenience) and its length in *n (may be NULL). */
+/** String, bytes, bigint (decimal) or pickle data (NUL-terminated for convenience) and its length in
+ *  *n (may be NULL); NULL for other kinds. */
 const char *sck_value_get_string(const sck_value *v, size_t *n);
-/** Number of items of a list or dict; 0 otherwise. */
+/** Number of items of a list, tuple or dict; 0 otherwise. */
 size_t sck_value_len(const sck_value *v);
-/** i-th item of a list or i-th value of a dict (insertion order); NULL if out of range. */
+/** i-th item of a list / tuple or i-th value of a dict (insertion order); NULL if out of range. */
 sck_value *sck_value_at(const sck_value *v, size_t i);
 /** i-th key of a dict; NULL if out of range. */
 const char *sck_value_key_at(const sck_value *v, size_t i);
 /** Value of `key` in a dict; NULL if absent or not a dict. */
 sck_value *sck_value_dict_get(const sck_value *v, const char *key);
-/** 1 if a and b are deeply equal (floats compared bitwise), else 0. */
+/** 1 if a and b are deeply equal (floats compared bitwise; a tuple never equals a list; pickles
+ *  compare by their bytes), else 0. */
 int sck_value_equal(const sck_value *a, const sck_value *b);
 
 /** Serializes `v` as compact JSON into a new NUL-terminated string owned by the caller (free()).
- *  Bytes become {"__bytes__": "<hex>"}; non-finite floats become NaN/Infinity/-Infinity.
+ *  Bytes become {"__bytes__": "<hex>"}, pickles {"__pickle__": "<hex>"}, tuples arrays, big ints
+ *  plain JSON numbers; non-finite floats become NaN/Infinity/-Infinity.
  *  Returns NULL when out of memory. */
 char *sck_value_to_json(const sck_value *v);
 /** Parses JSON text of `n` bytes into *out (owned by the caller).

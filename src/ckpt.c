@@ -2042,8 +2042,11 @@ int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_valu
             else rc = ti_decode_value_pkl(raw + pk->data_off, pk->size, what, value);
             zip_dir_free(&zd);
         }
-        free(raw);
-        return rc;
+        if (rc != SCK_ERR_UNSUPPORTED) {
+            free(raw);
+            return rc;
+        }
+        sck_err_clear();   /* a value with storages of its own: the archive as it is */
     }
     *data = raw;
     *n = len;

@@ -2,7 +2,7 @@
  *
  * Reading follows RFC 8259 strictly (UTF-8 validated, no leading zeros, no trailing commas) and
  * accepts NaN, Infinity and -Infinity as Python's json module does.  Integers that fit int64 become
- * SCK_VAL_INT, other numbers SCK_VAL_FLOAT.  Writing is compact, keeps dict order, and prints floats
+ * SCK_VAL_INT, longer ones SCK_VAL_BIGINT (as Python reads them), other numbers SCK_VAL_FLOAT.  Writing is compact, keeps dict order, and prints floats
  * in the shortest form that reads back to the same double. */
 #include "json.h"
 
@@ -273,6 +273,17 @@ static int parse_number(parser *p, sck_value **out) {
             *out = sck_value_int(v);
             return *out ? SCK_OK : nomem(start);
         }
+        /* beyond int64: an exact big int, as Python's json reads it (up to Python's own digit limit) */
+        size_t nd = p->pos - start;
+        if (nd <= 4301) {
+            char *t = malloc(nd + 1);
+            if (!t) return nomem(start);
+            memcpy(t, p->s + start, nd);
+            t[nd] = 0;
+            *out = sck_value_bigint(t);
+            free(t);
+            return *out ? SCK_OK : nomem(start);
+        }
     }
     double d;
     if (json_strtod((const char *)p->s + start, p->pos - start, &d)) return nomem(start);
@@ -338,9 +349,12 @@ fail:
     return rc;
 }
 
-/* {"__bytes__": "<even-length hex>"} is how sck_json_write spells bytes; turn it back into bytes. */
+/* {"__bytes__": "<even-length hex>"} is how sck_json_write spells bytes, {"__pickle__": ...} a pickled
+ * value; turn them back into bytes / a pickle. */
 static int maybe_bytes(sck_value **v) {
-    if (sck_value_len(*v) != 1 || strcmp(sck_value_key_at(*v, 0), "__bytes__")) return SCK_OK;
+    if (sck_value_len(*v) != 1) return SCK_OK;
+    int pickle = !strcmp(sck_value_key_at(*v, 0), "__pickle__");
+    if (!pickle && strcmp(sck_value_key_at(*v, 0), "__bytes__")) return SCK_OK;
     const sck_value *hex = sck_value_at(*v, 0);
     size_t n;
     const char *h = sck_value_get_string(hex, &n);
@@ -350,7 +364,11 @@ static int maybe_bytes(sck_value **v) {
     uint8_t *raw = malloc(n / 2 + 1);
     if (!raw) return SCK_ERR_NOMEM;
     for (size_t i = 0; i < n / 2; i++) raw[i] = (uint8_t)(hex_val((uint8_t)h[2 * i]) << 4 | hex_val((uint8_t)h[2 * i + 1]));
-    sck_value *b = sck_value_bytes(raw, n / 2);
+    if (pickle && n == 0) {
+        free(raw);
+        return SCK_OK;
+    }
+    sck_value *b = pickle ? sck_value_pickle(raw, n / 2) : sck_value_bytes(raw, n / 2);
     free(raw);
     if (!b) return SCK_ERR_NOMEM;
     sck_value_free(*v);
@@ -572,10 +590,16 @@ static int put_scalar(sck_buf *b, const sck_value *v) {
     case SCK_VAL_STRING:
         s = sck_value_get_string(v, &n);
         return sck_json_put_string(b, s, n);
+    case SCK_VAL_BIGINT:
+        s = sck_value_get_string(v, &n);
+        return sck_buf_append(b, s, n);
     case SCK_VAL_BYTES:
+    case SCK_VAL_PICKLE:
         s = sck_value_get_string(v, &n);
         if (n > (SIZE_MAX - 32) / 2 || sck_buf_reserve(b, 2 * n + 32)) return SCK_ERR_NOMEM;
-        if (sck_buf_append(b, "{\"__bytes__\":\"", 14)) return SCK_ERR_NOMEM;
+        if (sck_value_kind_of(v) == SCK_VAL_PICKLE ? sck_buf_append(b, "{\"__pickle__\":\"", 15)
+                                                   : sck_buf_append(b, "{\"__bytes__\":\"", 14))
+            return SCK_ERR_NOMEM;
         for (size_t i = 0; i < n; i++) {
             uint8_t c = (uint8_t)s[i];
             b->data[b->len++] = (uint8_t)hexd[c >> 4];
@@ -583,6 +607,7 @@ static int put_scalar(sck_buf *b, const sck_value *v) {
         }
         return sck_buf_append(b, "\"}", 2);
     case SCK_VAL_LIST:
+    case SCK_VAL_TUPLE:
     case SCK_VAL_DICT: break;
     }
     return SCK_ERR_INVALID_ARG;
@@ -596,7 +621,7 @@ typedef struct write_frame {
 /* Iterative, so that user values nested arbitrarily deep cannot overflow the C stack. */
 int sck_json_write(sck_buf *b, const sck_value *v) {
     sck_value_kind k = sck_value_kind_of(v);
-    if (k != SCK_VAL_LIST && k != SCK_VAL_DICT) return put_scalar(b, v);
+    if (k != SCK_VAL_LIST && k != SCK_VAL_TUPLE && k != SCK_VAL_DICT) return put_scalar(b, v);
     write_frame *st = NULL;
     size_t len = 0, cap = 0;
     int rc = SCK_ERR_NOMEM;
@@ -611,7 +636,7 @@ int sck_json_write(sck_buf *b, const sck_value *v) {
                 cap = nc;
             }
             st[len++] = (write_frame){open, 0};
-            if (sck_buf_put_u8(b, sck_value_kind_of(open) == SCK_VAL_LIST ? '[' : '{')) goto out;
+            if (sck_buf_put_u8(b, sck_value_kind_of(open) == SCK_VAL_DICT ? '{' : '[')) goto out;
             open = NULL;
         }
         write_frame *f = &st[len - 1];
@@ -629,7 +654,7 @@ int sck_json_write(sck_buf *b, const sck_value *v) {
         }
         const sck_value *child = sck_value_at(f->v, i);
         k = sck_value_kind_of(child);
-        if (k == SCK_VAL_LIST || k == SCK_VAL_DICT) open = child;
+        if (k == SCK_VAL_LIST || k == SCK_VAL_TUPLE || k == SCK_VAL_DICT) open = child;
         else if (put_scalar(b, child)) goto out;
     }
     rc = SCK_OK;

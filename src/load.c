@@ -54,6 +54,13 @@ static int load_bytes(sck_ckpt *ck, size_t ci, st_entry *e) {
             }
             memcpy(raw, s, len);
             n = len;
+        } else if (v && sck_value_kind_of(v) == SCK_VAL_PICKLE) {
+            /* an object outside the value subset: as a blob, the item's bytes as torch wrote them */
+            sck_value_free(v);
+            v = NULL;
+            uint8_t *item;
+            if ((rc = ckpt_read_item(ck, ci, &item, &n))) return rc;
+            raw = item;
         } else if (v) {
             sck_value_free(v);
             return sck_err(SCK_ERR_MISMATCH, "'%s': the checkpoint holds a value, not bytes; request it as a value", e->key);

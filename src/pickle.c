@@ -123,6 +123,7 @@ const char *pk_kind_name(pk_kind k) {
     case PK_NONE: return "none";
     case PK_BOOL: return "bool";
     case PK_INT: return "int";
+    case PK_BIGINT: return "int";
     case PK_FLOAT: return "float";
     case PK_STR: return "str";
     case PK_BYTES: return "bytes";
@@ -538,16 +539,24 @@ static int parse_dec(const uint8_t *s, size_t len, int64_t *out) {
     return 0;
 }
 
+/* Returns SCK_OK, or 2 (not an error) when the integer is beyond int64 and the caller should push it
+ * as a PK_BIGINT. */
 static int text_int(pk_parser *P, const uint8_t *s, size_t len, int64_t *out) {
     int r = parse_dec(s, len, out);
     int shown = (int)(len > 40 ? 40 : len);
     if (r == 1) return fail(P, SCK_ERR_FORMAT, "malformed integer \"%.*s\"", shown, (const char *)s);
-    if (r == 2) return fail(P, SCK_ERR_UNSUPPORTED, "integer \"%.*s\" does not fit in 64 bits", shown, (const char *)s);
-    return SCK_OK;
+    return r == 2 ? 2 : SCK_OK;
 }
 
-/* LONG1 / LONG4 payload: little-endian two's complement, any length (0 bytes = 0). */
-static int decode_long(pk_parser *P, const uint8_t *b, size_t k, int64_t *out) {
+/* A text PUT / GET index: any int64. */
+static int memo_index(pk_parser *P, const uint8_t *s, size_t len, int64_t *out) {
+    int st = text_int(P, s, len, out);
+    return st == 2 ? fail(P, SCK_ERR_FORMAT, "memo index beyond 64 bits") : st;
+}
+
+/* LONG1 / LONG4 payload: little-endian two's complement, any length (0 bytes = 0).  Returns 2 when it
+ * does not fit in int64 (the caller keeps it as a PK_BIGINT). */
+static int decode_long(const uint8_t *b, size_t k, int64_t *out) {
     if (k == 0) {
         *out = 0;
         return SCK_OK;
@@ -556,7 +565,7 @@ static int decode_long(pk_parser *P, const uint8_t *b, size_t k, int64_t *out) {
     if (k > 8) {   /* longer encodings fit only if the extra bytes merely repeat the sign */
         int fits = ((b[7] & 0x80) ? 0xff : 0) == sign;
         for (size_t i = 8; i < k && fits; i++) fits = b[i] == sign;
-        if (!fits) return fail(P, SCK_ERR_UNSUPPORTED, "%zu-byte integer does not fit in 64 bits", k);
+        if (!fits) return 2;
         k = 8;
     }
     uint64_t v = 0;
@@ -572,6 +581,17 @@ static int push_int(pk_parser *P, pk_kind kind, int64_t v) {
     if (st) return st;
     o->i = v;
     return push(P, o);
+}
+
+/* A decimal integer beyond int64 (text INT / LONG, protocols 0 and 1) as a PK_BIGINT. */
+static int push_text_bigint(pk_parser *P, const uint8_t *s, size_t len) {
+    if (len > PK_BIGINT_DIGITS + 1)
+        return fail(P, SCK_ERR_UNSUPPORTED, "integer of %zu digits (more than %d)", len, PK_BIGINT_DIGITS);
+    uint8_t buf[PK_BIGINT_DIGITS / 2 + 8];
+    size_t n = pk_decimal_to_long((const char *)s, len, buf);
+    pk_obj *o;
+    int st = new_blob(P, PK_BIGINT, buf, n, &o);
+    return st ? st : push(P, o);
 }
 
 static int push_float(pk_parser *P, double v) {
@@ -937,12 +957,14 @@ static int step(pk_parser *P, pk_obj **root, int *done) {
         if ((st = read_line(P, &s, &len))) return st;
         if (len == 2 && s[0] == '0' && (s[1] == '0' || s[1] == '1'))   /* protocol 0 bools */
             return push_shared(P, s[1] == '1' ? &P->true_ : &P->false_, PK_BOOL, s[1] == '1');
-        if ((st = text_int(P, s, len, &v))) return st;
+        if ((st = text_int(P, s, len, &v)) == 2) return push_text_bigint(P, s, len);
+        if (st) return st;
         return push_int(P, PK_INT, v);
     case OP_LONG:
         if ((st = read_line(P, &s, &len))) return st;
         if (len && s[len - 1] == 'L') len--;
-        if ((st = text_int(P, s, len, &v))) return st;
+        if ((st = text_int(P, s, len, &v)) == 2) return push_text_bigint(P, s, len);
+        if (st) return st;
         return push_int(P, PK_INT, v);
     case OP_BININT:
         if ((st = need(P, 4))) return st;
@@ -965,7 +987,11 @@ static int step(pk_parser *P, pk_obj **root, int *done) {
         if ((st = need(P, nb))) return st;
         s = P->p + P->pos;
         P->pos += (size_t)nb;
-        if ((st = decode_long(P, s, (size_t)nb, &v))) return st;
+        if (decode_long(s, (size_t)nb, &v) == 2) {
+            pk_obj *big;
+            st = new_blob(P, PK_BIGINT, s, (size_t)nb, &big);
+            return st ? st : push(P, big);
+        }
         return push_int(P, PK_INT, v);
     }
     case OP_BINFLOAT: {
@@ -1062,7 +1088,7 @@ static int step(pk_parser *P, pk_obj **root, int *done) {
         o->a = o2;
         return push(P, o);
     case OP_PUT:
-        if ((st = read_line(P, &s, &len)) || (st = text_int(P, s, len, &v))) return st;
+        if ((st = read_line(P, &s, &len)) || (st = memo_index(P, s, len, &v))) return st;
         return memo_put(P, v);
     case OP_BINPUT:
         if ((st = need(P, 1))) return st;
@@ -1072,7 +1098,7 @@ static int step(pk_parser *P, pk_obj **root, int *done) {
         return memo_put(P, (int64_t)read_le(P, 4));
     case OP_MEMOIZE: return memo_put(P, (int64_t)P->memo_count);
     case OP_GET:
-        if ((st = read_line(P, &s, &len)) || (st = text_int(P, s, len, &v))) return st;
+        if ((st = read_line(P, &s, &len)) || (st = memo_index(P, s, len, &v))) return st;
         return memo_push(P, v);
     case OP_BINGET:
         if ((st = need(P, 1))) return st;
@@ -1237,6 +1263,91 @@ size_t pk_int_bytes(uint8_t *b, int64_t v) {
 void pk_int(pk_writer *w, int64_t v) {
     uint8_t b[PK_INT_MAX];
     w_put(w, b, pk_int_bytes(b, v));
+}
+
+void pk_long(pk_writer *w, const uint8_t *le, size_t n) {
+    uint8_t head[5];
+    if (n < 256) {
+        head[0] = OP_LONG1, head[1] = (uint8_t)n;
+        w_put(w, head, 2);
+    } else {
+        head[0] = OP_LONG4;
+        for (int i = 0; i < 4; i++) head[1 + i] = (uint8_t)((uint64_t)n >> (8 * i));
+        w_put(w, head, 5);
+    }
+    w_put(w, le, n);
+}
+
+/* ---- integers of any size: decimal text <-> little-endian two's complement ---- */
+
+size_t pk_decimal_to_long(const char *s, size_t len, uint8_t *out) {
+    size_t i = 0, n = 0;
+    int neg = 0;
+    if (i < len && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
+    /* magnitude *= 10, += digit, on a little-endian byte array */
+    for (; i < len; i++) {
+        unsigned carry = (unsigned)(s[i] - '0');
+        for (size_t k = 0; k < n; k++) {
+            unsigned x = out[k] * 10u + carry;
+            out[k] = (uint8_t)x;
+            carry = x >> 8;
+        }
+        while (carry) out[n++] = (uint8_t)carry, carry >>= 8;
+    }
+    out[n++] = 0;   /* room for the sign bit */
+    if (neg) {      /* two's complement: invert and add one */
+        unsigned carry = 1;
+        for (size_t k = 0; k < n; k++) {
+            unsigned x = (uint8_t)~out[k] + carry;
+            out[k] = (uint8_t)x;
+            carry = x >> 8;
+        }
+    }
+    /* shortest form, as Python's encode_long */
+    while (n > 1 && ((out[n - 1] == 0x00 && !(out[n - 2] & 0x80)) || (out[n - 1] == 0xFF && (out[n - 2] & 0x80)))) n--;
+    return n;
+}
+
+size_t pk_long_to_decimal(const uint8_t *le, size_t n, char *out) {
+    size_t k = 0;
+    if (n == 0) {
+        out[0] = '0', out[1] = 0;
+        return 1;
+    }
+    uint8_t *mag = malloc(n);
+    if (!mag) return 0;
+    int neg = (le[n - 1] & 0x80) != 0;
+    unsigned carry = 1;
+    for (size_t i = 0; i < n; i++) {
+        if (!neg) {
+            mag[i] = le[i];
+        } else {
+            unsigned x = (uint8_t)~le[i] + carry;
+            mag[i] = (uint8_t)x;
+            carry = x >> 8;
+        }
+    }
+    size_t top = n;   /* digits come out least significant first: repeated division by 10 */
+    while (top && !mag[top - 1]) top--;
+    do {
+        unsigned rem = 0;
+        for (size_t i = top; i-- > 0;) {
+            unsigned x = (rem << 8) | mag[i];
+            mag[i] = (uint8_t)(x / 10);
+            rem = x % 10;
+        }
+        out[k++] = (char)('0' + rem);
+        while (top && !mag[top - 1]) top--;
+    } while (top);
+    free(mag);
+    if (neg) out[k++] = '-';
+    for (size_t i = 0; i < k / 2; i++) {
+        char c = out[i];
+        out[i] = out[k - 1 - i];
+        out[k - 1 - i] = c;
+    }
+    out[k] = 0;
+    return k;
 }
 
 void pk_float(pk_writer *w, double v) {

@@ -20,6 +20,7 @@
 
 typedef enum pk_kind {
     PK_NONE, PK_BOOL, PK_INT, PK_FLOAT, PK_STR, PK_BYTES,
+    PK_BIGINT,   /* an int beyond int64: s/len = little-endian two's complement bytes, as LONG1/LONG4 */
     PK_TUPLE, PK_LIST, PK_DICT, PK_SET,
     PK_GLOBAL,   /* module, name */
     PK_REDUCE,   /* callable = a, args = b (a tuple), state (BUILD) = state; items/n: see below */
@@ -37,8 +38,8 @@ struct pk_obj {
         int64_t i;              /* PK_BOOL (0/1), PK_INT */
         double f;               /* PK_FLOAT */
         struct {
-            char *s;            /* PK_STR / PK_BYTES data (NUL-terminated), PK_GLOBAL module */
-            size_t len;         /* PK_STR / PK_BYTES length */
+            char *s;            /* PK_STR / PK_BYTES / PK_BIGINT data (NUL-terminated), PK_GLOBAL module */
+            size_t len;         /* PK_STR / PK_BYTES / PK_BIGINT length */
             char *name;         /* PK_GLOBAL name */
         };
         struct {
@@ -72,7 +73,7 @@ typedef int (*pk_allow_fn)(void *ctx, const char *module, const char *name);
  * error messages (e.g. the file path).  limits may be NULL for defaults.
  * Errors: SCK_ERR_FORMAT (truncated, bad opcode, stack underflow, memo miss, limits exceeded; the
  * message gives the byte offset and opcode), SCK_ERR_UNSUPPORTED (a global rejected by `allow`,
- * integers beyond int64, recursive objects, NEWOBJ_EX with keyword arguments, protocol > 5,
+ * text integers of more than PK_BIGINT_DIGITS digits, recursive objects, NEWOBJ_EX with keyword arguments, protocol > 5,
  * INST/OBJ/EXTn/out-of-band buffers), SCK_ERR_NOMEM.  Data after STOP is an error. */
 int pk_parse(const void *data, size_t n, const char *what, pk_allow_fn allow, void *allow_ctx,
              const pk_limits *limits, pk_arena **arena, pk_obj **root);
@@ -124,6 +125,16 @@ void pk_int(pk_writer *w, int64_t v);          /* BININT1/BININT2/BININT/LONG1 a
 /* The bytes pk_int emits for v (at most PK_INT_MAX), into dst; returns how many. */
 #define PK_INT_MAX 10
 size_t pk_int_bytes(uint8_t *dst, int64_t v);
+/* LONG1 / LONG4 of n little-endian two's complement bytes (an int of any size). */
+void pk_long(pk_writer *w, const uint8_t *le, size_t n);
+/* Integers of any size.  Python itself refuses to print an int of more than 4300 digits. */
+#define PK_BIGINT_DIGITS 4300
+/* [+-]?[0-9]+ (len characters, already checked) to the shortest two's complement little-endian bytes
+ * in out (room for len / 2 + 8 bytes); returns how many. */
+size_t pk_decimal_to_long(const char *s, size_t len, uint8_t *out);
+/* Little-endian two's complement bytes to NUL-terminated decimal text in out (room for 2.5 * n + 3
+ * characters); returns its length, 0 when out of memory. */
+size_t pk_long_to_decimal(const uint8_t *le, size_t n, char *out);
 void pk_float(pk_writer *w, double v);         /* BINFLOAT */
 /* SHORT_BINUNICODE (proto 4, <256) / BINUNICODE; s must be valid UTF-8 (else SCK_ERR_INVALID_ARG) */
 void pk_str(pk_writer *w, const char *s, size_t n);

@@ -77,6 +77,11 @@ static int enc_bytes(pk_writer *w, const uint8_t *p, size_t n) {
 }
 
 int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
+    if (sck_value_kind_of(root) == SCK_VAL_PICKLE) {   /* kept as torch wrote it */
+        size_t n;
+        const char *p = sck_value_get_string(root, &n);
+        return sck_buf_append(out, p, n) ? sck_err(SCK_ERR_NOMEM, "out of memory encoding a value") : SCK_OK;
+    }
     pk_writer w;
     pk_begin(&w, out, 2);
     size_t cap = 64, depth = 0;
@@ -103,10 +108,34 @@ int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
             if ((rc = enc_bytes(&w, (const uint8_t *)s, n))) goto done;
             break;
         }
+        case SCK_VAL_BIGINT: {
+            const char *s = sck_value_get_string(v, NULL);
+            size_t n = strlen(s);
+            uint8_t *le = malloc(n / 2 + 8);
+            if (!le) {
+                rc = sck_err(SCK_ERR_NOMEM, "out of memory encoding a value");
+                goto done;
+            }
+            pk_long(&w, le, pk_decimal_to_long(s, n, le));
+            free(le);
+            break;
+        }
+        case SCK_VAL_PICKLE:
+            rc = sck_err(SCK_ERR_INVALID_ARG, "a pickled value (SCK_VAL_PICKLE) can only be a whole item, not part of a list or dict");
+            goto done;
+        case SCK_VAL_TUPLE:
         case SCK_VAL_LIST:
         case SCK_VAL_DICT:
-            if (sck_value_kind_of(v) == SCK_VAL_LIST) pk_empty_list(&w);
-            else pk_empty_dict(&w);
+            if (sck_value_kind_of(v) == SCK_VAL_TUPLE) {
+                if (sck_value_len(v) == 0) {
+                    pk_tuple(&w, 0);
+                    break;
+                }
+            } else if (sck_value_kind_of(v) == SCK_VAL_LIST) {
+                pk_empty_list(&w);
+            } else {
+                pk_empty_dict(&w);
+            }
             if (sck_value_len(v) == 0) break;
             if (depth == cap) {
                 enc_frame *ns = malloc(cap * 2 * sizeof *ns);
@@ -122,7 +151,7 @@ int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
             stack[depth].v = v;
             stack[depth].next = 0;
             depth++;
-            pk_mark(&w);
+            if (sck_value_kind_of(v) != SCK_VAL_TUPLE || sck_value_len(v) > 3) pk_mark(&w);   /* TUPLE1..3 take no mark */
             break;
         }
         /* advance to the next item to emit, closing finished containers */
@@ -135,7 +164,8 @@ int ti_encode_value_pkl(sck_buf *out, const sck_value *root) {
                 v = sck_value_at(f->v, i);
                 break;
             }
-            if (sck_value_kind_of(f->v) == SCK_VAL_LIST) pk_appends(&w);
+            if (sck_value_kind_of(f->v) == SCK_VAL_TUPLE) pk_tuple(&w, sck_value_len(f->v));
+            else if (sck_value_kind_of(f->v) == SCK_VAL_LIST) pk_appends(&w);
             else pk_setitems(&w);
             depth--;
         }
@@ -308,12 +338,25 @@ bad:
 
 /* ---- plain values ---- */
 
-static int allow_value(void *ctx, const char *module, const char *name) {
-    (void)ctx;
-    return (!strcmp(module, "collections") && !strcmp(name, "OrderedDict")) ||
-           (!strcmp(module, "_codecs") && !strcmp(name, "encode")) ||
-           (!strcmp(module, "builtins") && (!strcmp(name, "bytearray") || !strcmp(name, "set") || !strcmp(name, "frozenset")));
+/* Every global is accepted while parsing: pk_parse only records (module, name) and never imports or
+ * calls anything.  to_value then turns the few it knows into values; an object of any other class
+ * makes the whole item a PICKLE value, kept as its bytes. */
+static int allow_any(void *ctx, const char *module, const char *name) {
+    (void)ctx, (void)module, (void)name;
+    return 1;
 }
+
+/* Protocol 2 spells Python 3's builtins "__builtin__". */
+static int is_builtin(const pk_obj *g, const char *name) {
+    return g && g->kind == PK_GLOBAL && (!strcmp(g->s, "builtins") || !strcmp(g->s, "__builtin__")) && !strcmp(g->name, name);
+}
+
+static int is_known(const pk_obj *g, const char *module, const char *name) {
+    return g && g->kind == PK_GLOBAL && !strcmp(g->s, module) && !strcmp(g->name, name);
+}
+
+/* The longest int decoded as a value (Python's own limit for printing one). */
+#define BIGINT_MAX_BYTES ((size_t)PK_BIGINT_DIGITS * 10 / 24)
 
 #define VALUE_MAX_DEPTH 200
 
@@ -353,8 +396,8 @@ static int dict_items_to_value(const pk_obj *o, const char *what, int depth, sck
     return SCK_OK;
 }
 
-static int seq_to_value(pk_obj *const *items, size_t n, const char *what, int depth, sck_value **out) {
-    sck_value *l = sck_value_list();
+static int seq_to_value(pk_obj *const *items, size_t n, int tuple, const char *what, int depth, sck_value **out) {
+    sck_value *l = tuple ? sck_value_tuple() : sck_value_list();
     if (!l) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
     for (size_t i = 0; i < n; i++) {
         sck_value *item;
@@ -379,17 +422,25 @@ static int to_value(const pk_obj *o, const char *what, int depth, sck_value **ou
     case PK_FLOAT: v = sck_value_float(o->f); break;
     case PK_STR: v = sck_value_string_n(o->s, o->len); break;
     case PK_BYTES: v = sck_value_bytes(o->s, o->len); break;
-    case PK_TUPLE:
-    case PK_LIST:
-    case PK_SET: return seq_to_value(o->items, o->n, what, depth, out);
+    case PK_BIGINT: {
+        if (o->len > BIGINT_MAX_BYTES) return sck_err(SCK_ERR_UNSUPPORTED, "%s: an int of %zu bytes", what, o->len);
+        char *dec = malloc(o->len * 5 / 2 + 3);
+        if (!dec) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+        v = pk_long_to_decimal((const uint8_t *)o->s, o->len, dec) ? sck_value_bigint(dec) : NULL;
+        free(dec);
+        break;
+    }
+    case PK_TUPLE: return seq_to_value(o->items, o->n, 1, what, depth, out);
+    case PK_LIST: return seq_to_value(o->items, o->n, 0, what, depth, out);
     case PK_DICT: return dict_items_to_value(o, what, depth, out);
     case PK_REDUCE:
-        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "OrderedDict")) {
+        if (is_known(o->a, "collections", "OrderedDict") && (!o->b || (o->b->kind == PK_TUPLE && o->b->n == 0)) && !o->state) {
             /* OrderedDict() followed by SETITEMS lands its pairs in the node's items */
             return dict_items_to_value(o, what, depth, out);
         }
-        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "encode") && o->b && o->b->kind == PK_TUPLE &&
-            o->b->n == 2 && o->b->items[0]->kind == PK_STR) {
+        if (is_known(o->a, "_codecs", "encode") && o->b && o->b->kind == PK_TUPLE &&
+            o->b->n == 2 && o->b->items[0]->kind == PK_STR && o->b->items[1]->kind == PK_STR &&
+            !strcmp(o->b->items[1]->s, "latin1")) {
             /* protocol-2 bytes: _codecs.encode(str_of_latin1_chars, 'latin1') */
             const pk_obj *s = o->b->items[0];
             uint8_t *raw = malloc(s->len ? s->len : 1);
@@ -410,13 +461,8 @@ static int to_value(const pk_obj *o, const char *what, int depth, sck_value **ou
             free(raw);
             break;
         }
-        if (o->a && o->a->kind == PK_GLOBAL && o->b && o->b->kind == PK_TUPLE && o->b->n >= 1 &&
-            (!strcmp(o->a->name, "set") || !strcmp(o->a->name, "frozenset"))) {
-            const pk_obj *seq = o->b->items[0];
-            if (seq->kind == PK_LIST || seq->kind == PK_TUPLE) return seq_to_value(seq->items, seq->n, what, depth, out);
-        }
-        if (o->a && o->a->kind == PK_GLOBAL && !strcmp(o->a->name, "bytearray") && o->b && o->b->kind == PK_TUPLE &&
-            o->b->n >= 1 && o->b->items[0]->kind == PK_BYTES) {
+        if (is_builtin(o->a, "bytearray") && o->b && o->b->kind == PK_TUPLE &&
+            o->b->n == 1 && o->b->items[0]->kind == PK_BYTES) {
             v = sck_value_bytes(o->b->items[0]->s, o->b->items[0]->len);
             break;
         }
@@ -430,12 +476,111 @@ static int to_value(const pk_obj *o, const char *what, int depth, sck_value **ou
     return SCK_OK;
 }
 
+/* Whether o refers to a persistent id (a storage); also 1 once `budget` nodes were visited (memo
+ * sharing can make a small pickle a huge tree: treat it as referring to one, the safe answer). */
+static int has_persid(const pk_obj *o, int depth, size_t *budget) {
+    if (!o || depth > VALUE_MAX_DEPTH + 64 || (*budget)-- == 0) return 1;
+    switch (o->kind) {
+    case PK_PERSID: return 1;
+    case PK_TUPLE: case PK_LIST: case PK_SET:
+        for (size_t i = 0; i < o->n; i++)
+            if (has_persid(o->items[i], depth + 1, budget)) return 1;
+        return 0;
+    case PK_DICT:
+        for (size_t i = 0; i < 2 * o->n; i++)
+            if (has_persid(o->items[i], depth + 1, budget)) return 1;
+        return 0;
+    case PK_REDUCE: case PK_NEWOBJ:
+        for (size_t i = 0; i < 2 * o->n; i++)
+            if (has_persid(o->items[i], depth + 1, budget)) return 1;
+        return (o->b && has_persid(o->b, depth + 1, budget)) || (o->state && has_persid(o->state, depth + 1, budget));
+    default: return 0;
+    }
+}
+
 int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out) {
     pk_arena *arena = NULL;
     pk_obj *root = NULL;
     *out = NULL;
-    int rc = pk_parse(pkl, n, what, allow_value, NULL, NULL, &arena, &root);
+    int rc = pk_parse(pkl, n, what, allow_any, NULL, NULL, &arena, &root);
     if (rc == SCK_OK) rc = to_value(root, what, 0, out);
+    if (rc == SCK_ERR_UNSUPPORTED && root) {
+        size_t budget = 1u << 20;
+        if (has_persid(root, 0, &budget)) {   /* refers to storages beside data.pkl: data.pkl alone is not it */
+            pk_arena_free(arena);
+            return sck_err(SCK_ERR_UNSUPPORTED, "%s: a value holding tensors or storages", what);
+        }
+    }
     pk_arena_free(arena);
-    return rc;
+    if (rc != SCK_ERR_UNSUPPORTED) return rc;
+    /* Outside the subset (a set, complex, numpy, torch.Size, ...): kept as the bytes torch wrote. */
+    sck_err_clear();
+    *out = sck_value_pickle(pkl, n);
+    return *out ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+}
+
+/* ---- naming a pickled value without running it ---- */
+
+/* The first node to_value cannot represent, depth first (NULL if none within the budget). */
+static const pk_obj *first_foreign(const pk_obj *o, int depth, size_t *budget) {
+    if (!o || depth > VALUE_MAX_DEPTH || (*budget)-- == 0) return NULL;
+    pk_obj *const *items = NULL;
+    size_t n = 0;
+    switch (o->kind) {
+    case PK_TUPLE: case PK_LIST: items = o->items, n = o->n; break;
+    case PK_DICT: items = o->items, n = 2 * o->n; break;
+    case PK_BIGINT: return o->len > BIGINT_MAX_BYTES ? o : NULL;
+    case PK_REDUCE:
+        if (is_known(o->a, "collections", "OrderedDict")) {
+            items = o->items, n = 2 * o->n;
+            break;
+        }
+        if (is_known(o->a, "_codecs", "encode") || is_builtin(o->a, "bytearray")) return NULL;
+        return o;
+    case PK_NONE: case PK_BOOL: case PK_INT: case PK_FLOAT: case PK_STR: case PK_BYTES: return NULL;
+    default: return o;
+    }
+    for (size_t i = 0; i < n; i++) {
+        const pk_obj *f = first_foreign(items[i], depth + 1, budget);
+        if (f) return f;
+    }
+    return NULL;
+}
+
+static void name_node(const pk_obj *o, char *buf, size_t cap) {
+    const pk_obj *g = o && (o->kind == PK_REDUCE || o->kind == PK_NEWOBJ) ? o->a : NULL;
+    if (g && g->kind == PK_GLOBAL) {
+        int builtin = !strcmp(g->s, "builtins") || !strcmp(g->s, "__builtin__");
+        /* numpy pickles arrays and scalars through helpers; name what they rebuild */
+        int np = !strcmp(g->s, "numpy.core.multiarray") || !strcmp(g->s, "numpy._core.multiarray");
+        if (np && !strcmp(g->name, "_reconstruct")) snprintf(buf, cap, "numpy.ndarray");
+        else if (np && !strcmp(g->name, "scalar")) snprintf(buf, cap, "numpy scalar");
+        else if (builtin) snprintf(buf, cap, "%.60s", g->name);
+        else snprintf(buf, cap, "%.60s.%.60s", g->s, g->name);
+    } else if (o && o->kind == PK_PERSID) {
+        snprintf(buf, cap, "storage");
+    } else {
+        snprintf(buf, cap, "%s", o ? pk_kind_name(o->kind) : "object");
+    }
+}
+
+void ti_describe_pickle(const void *pkl, size_t n, char *buf, size_t cap) {
+    pk_arena *arena = NULL;
+    pk_obj *root = NULL;
+    if (pk_parse(pkl, n, "pickle", allow_any, NULL, NULL, &arena, &root) != SCK_OK) {
+        sck_err_clear();
+        snprintf(buf, cap, "pickle");
+        return;
+    }
+    size_t budget = 1u << 20;
+    const pk_obj *f = first_foreign(root, 0, &budget);
+    char rn[128], fn[128];
+    name_node(root, rn, sizeof rn);
+    if (f && f != root) {
+        name_node(f, fn, sizeof fn);
+        snprintf(buf, cap, "%s holding %s", rn, fn);
+    } else {
+        snprintf(buf, cap, "%s", rn);
+    }
+    pk_arena_free(arena);
 }

@@ -9,7 +9,9 @@
 /* data.pkl (pickle protocol 2, as torch.save writes) for a contiguous tensor of `sizes` stored in
  * storage "0" at offset 0.  Errors: SCK_ERR_NOMEM. */
 int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *sizes);
-/* data.pkl for a plain value (dict, list, str, int, float, bool, None, bytes).  Errors: SCK_ERR_NOMEM. */
+/* data.pkl for a value (dict, list, tuple, str, int of any size, float, bool, None, bytes); a
+ * SCK_VAL_PICKLE is appended as it is.  Errors: SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG (a PICKLE inside
+ * a container: a pickle cannot be spliced into another). */
 int ti_encode_value_pkl(sck_buf *out, const sck_value *v);
 
 /* The records of a torch.save archive holding `pkl` (whose CRC-32 is pkl_crc) and optionally one
@@ -32,9 +34,17 @@ typedef struct ti_tensor {
  * UntypedStorage).  Checks that every element addressed by size/stride/offset lies in the storage.
  * Errors: SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED (dtype, quantized tensors ...), SCK_ERR_NOMEM. */
 int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out);
-/* Decodes a data.pkl holding a plain Python object into a value (tuples and sets become lists,
- * OrderedDict a dict, int dict keys their decimal strings).  Errors: SCK_ERR_FORMAT,
- * SCK_ERR_UNSUPPORTED (objects of other classes; the message names the class), SCK_ERR_NOMEM. */
+/* Decodes a pickle (a torch.save archive's data.pkl, meta.pt's, ...) holding a Python object into a
+ * value: None, bool, int (beyond int64: SCK_VAL_BIGINT), float, str, bytes (and bytearray), list,
+ * tuple (SCK_VAL_TUPLE), dict and OrderedDict (a dict; int keys become their decimal strings).  Any
+ * other object anywhere in it (a set, complex, numpy, torch.Size, a class of any module: nothing is
+ * imported or run) makes *out a SCK_VAL_PICKLE holding the n bytes, so writing it back is exact.
+ * Errors: SCK_ERR_FORMAT (not a readable pickle: offset and opcode named), SCK_ERR_UNSUPPORTED (it
+ * refers to storages by persistent id, so the pickle alone is not the value: keep the whole
+ * archive), SCK_ERR_NOMEM. */
 int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out);
+/* What a pickle holds, for people, without running it: "set", "complex", "numpy.ndarray",
+ * "tuple holding numpy.ndarray", "torch.Size" ...; "pickle" when it does not parse. */
+void ti_describe_pickle(const void *pkl, size_t n, char *buf, size_t cap);
 
 #endif

@@ -3,6 +3,7 @@
  * Values may be nested as deeply as callers like, so free, clone and equal walk the tree with an
  * explicit stack instead of recursion.  Dicts keep insertion order in an entry array; once a dict
  * grows past DICT_INDEX_MIN keys it also gets an open-addressing hash index so big dicts stay linear. */
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -90,11 +91,37 @@ sck_value *sck_value_string(const char *s) { return s ? value_bytes_kind(SCK_VAL
 sck_value *sck_value_string_n(const char *s, size_t n) { return value_bytes_kind(SCK_VAL_STRING, s, n); }
 sck_value *sck_value_bytes(const void *data, size_t n) { return value_bytes_kind(SCK_VAL_BYTES, data, n); }
 sck_value *sck_value_list(void) { return value_new(SCK_VAL_LIST); }
+sck_value *sck_value_tuple(void) { return value_new(SCK_VAL_TUPLE); }
+sck_value *sck_value_pickle(const void *data, size_t n) { return n ? value_bytes_kind(SCK_VAL_PICKLE, data, n) : NULL; }
+
+sck_value *sck_value_bigint(const char *s) {
+    if (!s) return NULL;
+    const char *d = s + (*s == '-');
+    size_t nd = strlen(d);
+    if (nd == 0 || (nd > 1 && d[0] == '0')) return NULL;   /* canonical: no leading zeros */
+    for (size_t i = 0; i < nd; i++)
+        if (d[i] < '0' || d[i] > '9') return NULL;
+    if (nd > 20000) return NULL;
+    /* one that fits in int64 is an INT, so equal numbers always compare equal */
+    if (nd <= 19) {
+        char *end;
+        errno = 0;
+        long long x = strtoll(s, &end, 10);
+        if (!errno && !*end) return sck_value_int((int64_t)x);
+    }
+    if (!strcmp(s, "-0")) return NULL;
+    return value_bytes_kind(SCK_VAL_BIGINT, s, strlen(s));
+}
 sck_value *sck_value_dict(void) { return value_new(SCK_VAL_DICT); }
 
 /* ---- freeing ---- */
 
-static int is_container(const sck_value *v) { return v->kind == SCK_VAL_LIST || v->kind == SCK_VAL_DICT; }
+static int is_seq(const sck_value *v) { return v->kind == SCK_VAL_LIST || v->kind == SCK_VAL_TUPLE; }
+static int is_container(const sck_value *v) { return is_seq(v) || v->kind == SCK_VAL_DICT; }
+/* kinds whose payload is u.str */
+static int is_text(sck_value_kind k) {
+    return k == SCK_VAL_STRING || k == SCK_VAL_BYTES || k == SCK_VAL_BIGINT || k == SCK_VAL_PICKLE;
+}
 
 /* Frees a scalar now, or queues a container on *pending (its children are handled later). */
 static void free_or_queue(sck_value *v, sck_value **pending) {
@@ -104,7 +131,7 @@ static void free_or_queue(sck_value *v, sck_value **pending) {
         *pending = v;
         return;
     }
-    if (v->kind == SCK_VAL_STRING || v->kind == SCK_VAL_BYTES) free(v->u.str.data);
+    if (is_text(v->kind)) free(v->u.str.data);
     free(v);
 }
 
@@ -114,7 +141,7 @@ void sck_value_free(sck_value *v) {
     while (pending) {
         sck_value *c = pending;
         pending = c->free_next;
-        if (c->kind == SCK_VAL_LIST) {
+        if (is_seq(c)) {
             for (size_t i = 0; i < c->u.list.len; i++) free_or_queue(c->u.list.items[i], &pending);
             free(c->u.list.items);
         } else {
@@ -146,7 +173,7 @@ static int list_push(sck_value *list, sck_value *item) {
 
 int sck_value_list_append(sck_value *list, sck_value *item) {
     if (!item) return sck_err(SCK_ERR_INVALID_ARG, "sck_value_list_append: NULL item (did its constructor run out of memory?)");
-    if (!list || list->kind != SCK_VAL_LIST || item == list) {
+    if (!list || !is_seq(list) || item == list) {
         if (item != list) sck_value_free(item);  /* a list given to itself stays the caller's */
         return sck_err(SCK_ERR_INVALID_ARG, "sck_value_list_append: %s", !list ? "NULL list"
                        : item == list ? "cannot append a list to itself" : "not a list");
@@ -260,7 +287,7 @@ double sck_value_get_float(const sck_value *v) {
 }
 
 const char *sck_value_get_string(const sck_value *v, size_t *n) {
-    if (v && (v->kind == SCK_VAL_STRING || v->kind == SCK_VAL_BYTES)) {
+    if (v && is_text(v->kind)) {
         if (n) *n = v->u.str.len;
         return v->u.str.data;
     }
@@ -269,13 +296,13 @@ const char *sck_value_get_string(const sck_value *v, size_t *n) {
 }
 
 size_t sck_value_len(const sck_value *v) {
-    if (v && v->kind == SCK_VAL_LIST) return v->u.list.len;
+    if (v && is_seq(v)) return v->u.list.len;
     if (v && v->kind == SCK_VAL_DICT) return v->u.dict.len;
     return 0;
 }
 
 sck_value *sck_value_at(const sck_value *v, size_t i) {
-    if (v && v->kind == SCK_VAL_LIST) return i < v->u.list.len ? v->u.list.items[i] : NULL;
+    if (v && is_seq(v)) return i < v->u.list.len ? v->u.list.items[i] : NULL;
     if (v && v->kind == SCK_VAL_DICT) return i < v->u.dict.len ? v->u.dict.entries[i].val : NULL;
     return NULL;
 }
@@ -339,9 +366,12 @@ static sck_value *clone_shallow(const sck_value *v) {
     case SCK_VAL_INT: return sck_value_int(v->u.i);
     case SCK_VAL_FLOAT: return sck_value_float(v->u.f);
     case SCK_VAL_STRING:
-    case SCK_VAL_BYTES: return value_bytes_kind(v->kind, v->u.str.data, v->u.str.len);
-    case SCK_VAL_LIST: {
-        sck_value *c = sck_value_list();
+    case SCK_VAL_BYTES:
+    case SCK_VAL_BIGINT:
+    case SCK_VAL_PICKLE: return value_bytes_kind(v->kind, v->u.str.data, v->u.str.len);
+    case SCK_VAL_LIST:
+    case SCK_VAL_TUPLE: {
+        sck_value *c = value_new(v->kind);
         if (c && v->u.list.len) {
             c->u.list.items = malloc(v->u.list.len * sizeof *c->u.list.items);
             if (!c->u.list.items) { free(c); return NULL; }
@@ -382,7 +412,7 @@ sck_value *sck_value_clone(const sck_value *v) {
         sck_value *copy = clone_shallow(child);
         if (!copy) goto oom;
         /* Attach before descending so that on failure freeing `root` frees everything. */
-        if (dst->kind == SCK_VAL_LIST) {
+        if (is_seq(dst)) {
             dst->u.list.items[dst->u.list.len++] = copy;
         } else if (dict_append(dst, src->u.dict.entries[i].key, src->u.dict.entries[i].hash, copy)) {
             sck_value_free(copy);
@@ -408,8 +438,11 @@ static int scalar_equal(const sck_value *a, const sck_value *b) {
     case SCK_VAL_FLOAT: return memcmp(&a->u.f, &b->u.f, sizeof(double)) == 0;
     case SCK_VAL_STRING:
     case SCK_VAL_BYTES:
+    case SCK_VAL_BIGINT:
+    case SCK_VAL_PICKLE:
         return a->u.str.len == b->u.str.len && memcmp(a->u.str.data, b->u.str.data, a->u.str.len) == 0;
-    case SCK_VAL_LIST: return a->u.list.len == b->u.list.len;
+    case SCK_VAL_LIST:
+    case SCK_VAL_TUPLE: return a->u.list.len == b->u.list.len;
     case SCK_VAL_DICT: return a->u.dict.len == b->u.dict.len;
     }
     return 0;
@@ -432,7 +465,7 @@ int sck_value_equal(const sck_value *a, const sck_value *b) {
         }
         size_t i = f->i++;
         const sck_value *x = sck_value_at(f->a, i), *y;
-        if (f->a->kind == SCK_VAL_LIST) {
+        if (is_seq(f->a)) {
             y = f->b->u.list.items[i];
         } else {
             const dict_entry *e = &f->a->u.dict.entries[i];

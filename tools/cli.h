@@ -55,6 +55,13 @@ void cli_src_close(cli_src *s);
  * value).  *out is owned by the caller.  Errors as sck_ckpt_read_bytes. */
 int cli_src_value(cli_src *s, const cli_entry *e, sck_value **out);
 
+/* A value for people.  Its Python type ("int", "str", "list", "tuple", "bytes", "set" ... for a
+ * pickled object, what it is without running it) into type; into text, when the value is short (its
+ * JSON at most CLI_INLINE_MAX characters; bytes at most 16), that JSON; else a summary with its size
+ * ("(1000 items, 8.1 KiB as JSON)"; a pickled object: "set (raw pickle, 120 B)").  Returns 1 if text is the value itself, 0 if a summary. */
+#define CLI_INLINE_MAX 60
+int cli_value_text(const sck_value *v, char *type, size_t tcap, char *text, size_t cap);
+
 /* Reads elements [begin, begin+count) of tensor entry i, in row-major order, into buf
  * (count * element size bytes).  Errors as sck_ckpt_read_box. */
 int cli_read_flat(sck_ckpt *ck, size_t i, const sck_entry_info *e, uint64_t begin, uint64_t count, void *buf);

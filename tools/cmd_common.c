@@ -8,6 +8,7 @@
 
 #include "box.h"
 #include "cli.h"
+#include "torch_item.h"
 #include "safetensors.h"
 
 int cli_fail(void) {
@@ -148,4 +149,42 @@ int cli_read_flat(sck_ckpt *ck, size_t i, const sck_entry_info *e, uint64_t begi
         p += box_numel(&boxes[k]) * sck_dtype_size(e->dtype);
     }
     return SCK_OK;
+}
+
+int cli_value_text(const sck_value *v, char *type, size_t tcap, char *text, size_t cap) {
+    static const char *const names[] = {"None", "bool", "int", "float", "str", "bytes", "list", "dict", "tuple", "int", "pickle"};
+    sck_value_kind k = sck_value_kind_of(v);
+    size_t n = 0;
+    const char *s = sck_value_get_string(v, &n);
+    char h[32];
+    if (k == SCK_VAL_PICKLE) {
+        char what[200];
+        ti_describe_pickle(s, n, what, sizeof what);
+        cli_human(n, h, sizeof h);
+        snprintf(type, tcap, "%s", what);
+        snprintf(text, cap, "%s (raw pickle, %s)", what, h);
+        return 0;
+    }
+    snprintf(type, tcap, "%s", (size_t)k < sizeof names / sizeof *names ? names[k] : "?");
+    char *js = k == SCK_VAL_BYTES && n > 16 ? NULL : sck_value_to_json(v);
+    if (js && strlen(js) <= CLI_INLINE_MAX) {
+        snprintf(text, cap, "%s", js);
+        free(js);
+        return 1;
+    }
+    size_t jn = js ? strlen(js) : 0;
+    free(js);
+    switch (k) {
+    case SCK_VAL_STRING: snprintf(text, cap, "(%zu bytes of text)", n); break;
+    case SCK_VAL_BYTES: cli_human(n, h, sizeof h), snprintf(text, cap, "(%s)", h); break;
+    case SCK_VAL_BIGINT: snprintf(text, cap, "(%zu digits)", n - (s[0] == '-')); break;
+    case SCK_VAL_LIST:
+    case SCK_VAL_TUPLE:
+    case SCK_VAL_DICT:
+        cli_human(jn, h, sizeof h);
+        snprintf(text, cap, "(%zu %s, %s as JSON)", sck_value_len(v), k == SCK_VAL_DICT ? "keys" : "items", h);
+        break;
+    default: snprintf(text, cap, "?"); break;
+    }
+    return 0;
 }

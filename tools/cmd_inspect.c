@@ -13,10 +13,11 @@ static const char *const USAGE =
     "usage: shardckpt inspect PATH [--json | --flat] [--depth N]\n"
     "\n"
     "Shows what a checkpoint holds: a DCP directory, a .safetensors file or a Hugging Face\n"
-    "sharded directory.  Reads only metadata and headers.\n"
+    "sharded directory.  Reads metadata and headers, and the (small) items of Python values.\n"
     "\n"
     "  (default)   a tree of keys grouped by dotted prefix: each group with its total size,\n"
-    "              each entry with dtype, global shape, size and number of saved chunks\n"
+    "              each tensor with dtype, global shape, size and number of saved chunks, each\n"
+    "              value with its Python type and, when short, the value itself (step  int  = 5)\n"
     "  --depth N   expand groups only N levels deep (the rest shown as totals)\n"
     "  --flat      one row per entry: KEY KIND DTYPE SHAPE CHUNKS BYTES FILE\n"
     "  --json      machine-readable output (schema \"shardckpt.inspect/1\", see docs/CLI.md)\n"
@@ -29,6 +30,24 @@ static uint64_t entry_bytes(const cli_entry *e) {
     uint64_t n = js ? strlen(js) : 0;
     free(js);
     return n;
+}
+
+/* Type and inline text of a non-tensor entry (docs/CLI.md: "= 5", or a summary in parentheses). */
+static void entry_text(cli_src *s, const cli_entry *e, char *type, size_t tcap, char *text, size_t cap) {
+    sck_value *owned = NULL;
+    const sck_value *v = e->value;
+    if (e->kind == CLI_BYTES) {
+        if (cli_src_value(s, e, &owned)) {
+            snprintf(type, tcap, "bytes");
+            snprintf(text, cap, "(unreadable: %.160s)", sck_last_error());
+            return;
+        }
+        v = owned;
+    }
+    char t2[160];
+    int inline_ = cli_value_text(v, type, tcap, t2, sizeof t2);
+    snprintf(text, cap, "%s%s", inline_ ? "= " : "", t2);
+    sck_value_free(owned);
 }
 
 static const char *kind_name(cli_kind k) { return k == CLI_TENSOR ? "tensor" : k == CLI_BYTES ? "bytes" : "value"; }
@@ -76,11 +95,30 @@ static int print_json(cli_src *s) {
         rc |= sck_buf_printf(&b, "%s{\"key\":", i ? "," : "");
         rc |= sck_json_put_string(&b, e->key, strlen(e->key));
         rc |= sck_buf_printf(&b, ",\"kind\":\"%s\",\"nbytes\":%" PRIu64, kind_name(e->kind), nb);
-        if (e->kind == CLI_VALUE) {
-            char *js = sck_value_to_json(e->value);
-            rc |= js ? sck_buf_printf(&b, ",\"value\":%s}", js) : SCK_ERR_NOMEM;
-            free(js);
-            continue;
+        if (e->kind != CLI_TENSOR) {
+            sck_value *owned = NULL;
+            const sck_value *v = e->value;
+            if (e->kind == CLI_BYTES) {
+                if (cli_src_value(s, e, &owned)) {
+                    sck_buf_free(&b);
+                    return cli_fail();
+                }
+                v = owned;
+            }
+            char type[160], text[200];
+            cli_value_text(v, type, sizeof type, text, sizeof text);
+            rc |= sck_buf_printf(&b, ",\"type\":");
+            rc |= sck_json_put_string(&b, type, strlen(type));
+            if (sck_value_kind_of(v) != SCK_VAL_PICKLE) {   /* a pickled object has no JSON form but its hex */
+                char *js = sck_value_to_json(v);
+                rc |= js ? sck_buf_printf(&b, ",\"value\":%s", js) : SCK_ERR_NOMEM;
+                free(js);
+            }
+            sck_value_free(owned);
+            if (e->kind == CLI_VALUE) {
+                rc |= sck_buf_printf(&b, "}");
+                continue;
+            }
         }
         sck_value *path = NULL; /* where the entry sits in the nested state dict */
         if (!rc && (rc = sck_ckpt_entry_path(s->ck, e->index, &path)) == SCK_OK) {
@@ -257,13 +295,12 @@ static void print_line(tree *t, int indent, const char *name, size_t nlen, int g
         snprintf(chunks, sizeof chunks, "%zu chunk%s", e->info.nchunks, e->info.nchunks == 1 ? "" : "s");
         printf("%-*s  %-9s %-18s %10s  %s\n", t->width, label, sck_dtype_name(e->info.dtype), shape, bytes,
                e->info.nchunks ? chunks : "no chunks");
-    } else if (e->kind == CLI_BYTES) {
-        printf("%-*s  %-9s %-18s %10s\n", t->width, label, "bytes", "", bytes);
     } else {
-        char *js = sck_value_to_json(e->value);
-        printf("%-*s  %-9s %-18.40s%s %10s\n", t->width, label, "value", js ? js : "?", js && strlen(js) > 40 ? "..." : "",
-               bytes);
-        free(js);
+        char type[160], text[200];
+        entry_text(t->s, e, type, sizeof type, text, sizeof text);
+        /* a pickled object's name, often long, leads its text instead */
+        int pickled = text[0] != '=' && text[0] != '(';
+        printf("%-*s  %-9s %-18s %10s  %s\n", t->width, label, pickled ? "value" : type, "", bytes, text);
     }
 }
 
