@@ -733,8 +733,18 @@ TEST(golden_persistent_ids) {
 
 TEST(golden_unsupported_kwargs_bigint_recursion) {
     CHECK_ERR(parse_only(g_kw_p4, sizeof g_kw_p4), SCK_ERR_UNSUPPORTED, "NEWOBJ_EX at offset 41: keyword arguments");
-    CHECK_ERR(parse_only(g_big_p2, sizeof g_big_p2), SCK_ERR_UNSUPPORTED, "LONG1 at offset 5: 9-byte integer");
-    CHECK_ERR(parse_only(g_big_p0, sizeof g_big_p0), SCK_ERR_UNSUPPORTED, "\"18446744073709551616\" does not fit");
+    /* ints beyond int64 (Python writes 2**64 as a 9-byte LONG1 or, protocol 0, as text) are PK_BIGINT */
+    pk_arena *a;
+    pk_obj *r;
+    static const uint8_t two64[9] = {0, 0, 0, 0, 0, 0, 0, 0, 1};
+    const uint8_t *gold[2] = {g_big_p2, g_big_p0};
+    size_t golden_n[2] = {sizeof g_big_p2, sizeof g_big_p0};
+    for (int k = 0; k < 2; k++) {
+        REQUIRE_OK(parse(gold[k], golden_n[k], &a, &r));
+        const pk_obj *big = r->kind == PK_BIGINT ? r : r->kind == PK_LIST && r->n ? at(r, 0) : NULL;
+        CHECK(big && big->kind == PK_BIGINT && big->len == 9 && !memcmp(big->s, two64, 9));
+        pk_arena_free(a);
+    }
     CHECK_ERR(parse_only(g_recursive_p2, sizeof g_recursive_p2), SCK_ERR_UNSUPPORTED, "recursive");
     /* a list stored in a tuple, then appended to: refused rather than risk a cycle */
     CHECK_ERR(parse_only(LIT("]\x94\x85h\x00Na.")), SCK_ERR_UNSUPPORTED, "APPEND at offset 6: modifies a list already");
@@ -762,7 +772,14 @@ TEST(text_opcodes) {
     ONE("cmod\nname\n.", pk_is_global(r, "mod", "name") && is_blob(r, PK_GLOBAL, "mod", 3));
 #undef ONE
     CHECK_ERR(parse_only(LIT("I1x\n.")), SCK_ERR_FORMAT, "INT at offset 0: malformed integer \"1x\"");
-    CHECK_ERR(parse_only(LIT("I99999999999999999999\n.")), SCK_ERR_UNSUPPORTED, "does not fit in 64 bits");
+    REQUIRE_OK(parse(LIT("I-99999999999999999999\n."), &a, &r));   /* -(10**20 - 1), as Python encodes it */
+    CHECK(r->kind == PK_BIGINT && r->len == 9 && !memcmp(r->s, "\x01\x00\xf0\x9c\xd2\xa1\x38\x94\xfa", 9));
+    pk_arena_free(a);
+    char huge[PK_BIGINT_DIGITS + 8];
+    huge[0] = 'I';
+    memset(huge + 1, '9', PK_BIGINT_DIGITS + 2);
+    memcpy(huge + PK_BIGINT_DIGITS + 3, "\n.", 2);
+    CHECK_ERR(parse_only((const uint8_t *)huge, PK_BIGINT_DIGITS + 5), SCK_ERR_UNSUPPORTED, "digits");
     CHECK_ERR(parse_only(LIT("F1.5x\n.")), SCK_ERR_FORMAT, "malformed float");
     CHECK_ERR(parse_only(LIT("Sabc\n.")), SCK_ERR_FORMAT, "STRING at offset 0: argument is not quoted");
     CHECK_ERR(parse_only(LIT("S'a\\x4'\n.")), SCK_ERR_FORMAT, "bad \\x escape");
@@ -812,8 +829,19 @@ TEST(binary_opcodes) {
     CHECK_ERR(parse_only(LIT("X\x01\0\0\0\xff.")), SCK_ERR_FORMAT, "BINUNICODE at offset 0: string of 1 bytes is not valid UTF-8");
     CHECK_ERR(parse_only(LIT("\x8c\x02\xc0\x80.")), SCK_ERR_FORMAT, "not valid UTF-8");   /* overlong */
     CHECK_ERR(parse_only(LIT("T\xff\xff\xff\xff" "abc.")), SCK_ERR_FORMAT, "BINSTRING at offset 0: negative length");
-    CHECK_ERR(parse_only(LIT("\x8a\x09\0\0\0\0\0\0\0\0\x01.")), SCK_ERR_UNSUPPORTED, "does not fit in 64 bits");
-    CHECK_ERR(parse_only(LIT("\x8a\x09\0\0\0\0\0\0\0\x80\0.")), SCK_ERR_UNSUPPORTED, "does not fit in 64 bits");
+    {
+        REQUIRE_OK(parse(LIT("\x8a\x09\0\0\0\0\0\0\0\x80\0."), &a, &r));   /* 2**63 */
+        CHECK(r->kind == PK_BIGINT && r->len == 9);
+        char dec[40];
+        CHECK(pk_long_to_decimal((const uint8_t *)r->s, r->len, dec) == 19 && !strcmp(dec, "9223372036854775808"));
+        pk_arena_free(a);
+        REQUIRE_OK(parse(LIT("\x8a\x09\0\0\0\0\0\0\0\0\xff."), &a, &r));   /* -(2**64) */
+        CHECK(r->kind == PK_BIGINT && pk_long_to_decimal((const uint8_t *)r->s, r->len, dec) &&
+              !strcmp(dec, "-18446744073709551616"));
+        uint8_t le[32];
+        CHECK(pk_decimal_to_long(dec, strlen(dec), le) == 9 && !memcmp(le, r->s, 9));
+        pk_arena_free(a);
+    }
     CHECK_ERR(parse_only(LIT("\x8c\x01m\x8c\x01" "C\x93K\x01\x85N\x92.")), SCK_ERR_FORMAT,
               "NEWOBJ_EX at offset 11: keyword arguments are a none, not a dict");
 }
@@ -920,7 +948,7 @@ TEST(memo_misuse) {
     CHECK_ERR(parse_only(LIT("h\x05.")), SCK_ERR_FORMAT, "BINGET at offset 0: memo index 5 not found");
     CHECK_ERR(parse_only(LIT("N\x94j\xff\xff\xff\xff.")), SCK_ERR_FORMAT, "LONG_BINGET at offset 2: memo index 4294967295 not found");
     CHECK_ERR(parse_only(LIT("g-3\n.")), SCK_ERR_FORMAT, "GET at offset 0: memo index -3 not found");
-    CHECK_ERR(parse_only(LIT("g99999999999999999999\n.")), SCK_ERR_UNSUPPORTED, "GET at offset 0: integer");
+    CHECK_ERR(parse_only(LIT("g99999999999999999999\n.")), SCK_ERR_FORMAT, "GET at offset 0: memo index beyond 64 bits");
     CHECK_ERR(parse_only(LIT("p0\n.")), SCK_ERR_FORMAT, "PUT at offset 0: stack underflow");
     CHECK_ERR(parse_only(LIT("\x94.")), SCK_ERR_FORMAT, "MEMOIZE at offset 0: stack underflow");
     pk_limits lim = {.max_memo = 2};

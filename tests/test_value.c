@@ -2,9 +2,12 @@
 #include <locale.h>
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "json.h"
+#include "torch_item.h"
 
 /* Parses `text` (strlen) and returns the value, or NULL with a failed check. */
 static sck_value *parse_ok(const char *text) {
@@ -340,17 +343,18 @@ TEST(json_parse_numbers_and_strings) {
     REQUIRE(v && sck_value_len(v) == 12);
     CHECK(sck_value_kind_of(sck_value_at(v, 0)) == SCK_VAL_INT && sck_value_get_int(sck_value_at(v, 0)) == INT64_MAX);
     CHECK(sck_value_kind_of(sck_value_at(v, 1)) == SCK_VAL_INT && sck_value_get_int(sck_value_at(v, 1)) == INT64_MIN);
-    CHECK(sck_value_kind_of(sck_value_at(v, 2)) == SCK_VAL_FLOAT &&
-          sck_value_get_float(sck_value_at(v, 2)) == 9223372036854775808.0);
-    CHECK(sck_value_kind_of(sck_value_at(v, 3)) == SCK_VAL_FLOAT &&
-          sck_value_get_float(sck_value_at(v, 3)) == -9223372036854775808.0);
+    /* beyond int64: exact, as Python's json reads them */
+    CHECK(sck_value_kind_of(sck_value_at(v, 2)) == SCK_VAL_BIGINT &&
+          !strcmp(sck_value_get_string(sck_value_at(v, 2), NULL), "9223372036854775808"));
+    CHECK(sck_value_kind_of(sck_value_at(v, 3)) == SCK_VAL_BIGINT &&
+          !strcmp(sck_value_get_string(sck_value_at(v, 3), NULL), "-9223372036854775809"));
     CHECK(sck_value_kind_of(sck_value_at(v, 4)) == SCK_VAL_INT && sck_value_get_int(sck_value_at(v, 4)) == 0);
     CHECK(sck_value_kind_of(sck_value_at(v, 6)) == SCK_VAL_FLOAT && sck_value_get_float(sck_value_at(v, 6)) == 100.0);
     CHECK(sck_value_get_float(sck_value_at(v, 7)) == 1.5e-3);
     CHECK(isinf(sck_value_get_float(sck_value_at(v, 8))) && sck_value_get_float(sck_value_at(v, 8)) > 0);
     CHECK(isinf(sck_value_get_float(sck_value_at(v, 9))) && sck_value_get_float(sck_value_at(v, 9)) < 0);
     CHECK(sck_value_kind_of(sck_value_at(v, 10)) == SCK_VAL_FLOAT);
-    CHECK(sck_value_get_float(sck_value_at(v, 11)) == 12345678901234567890123.0);
+    CHECK(!strcmp(sck_value_get_string(sck_value_at(v, 11), NULL), "12345678901234567890123"));
     sck_value_free(v);
 
     v = parse_ok("[NaN,Infinity,-Infinity]");
@@ -504,4 +508,95 @@ TEST(json_locale_independent) {
     CHECK(v && sck_value_get_float(sck_value_at(v, 0)) == 2.75 && sck_value_get_float(sck_value_at(v, 1)) == 0.01);
     sck_value_free(v);
     setlocale(LC_NUMERIC, "C");
+}
+
+/* ---- values as torch pickles them (CPython's pickle, protocol 2 as torch.save writes) ---- */
+
+/* {"t": (1, (2, 3), ()), "big": 2**70, "neg": -(2**80) + 7, "l": [(4, 5, 6, 7)]} */
+static const uint8_t g_tuple_big[] = {128,2,125,113,0,40,88,1,0,0,0,116,113,1,75,1,75,2,75,3,134,113,2,41,135,113,3,88,3,0,0,0,98,105,103,113,4,138,9,0,0,0,0,0,0,0,0,64,88,3,0,0,0,110,101,103,113,5,138,11,7,0,0,0,0,0,0,0,0,0,255,88,1,0,0,0,108,113,6,93,113,7,40,75,4,75,5,75,6,75,7,116,113,8,97,117,46};
+/* {1, 2, 3}; 1+2j; {"x": an object whose __reduce__ is os.system("touch /tmp/sck-evil-ran")} */
+static const uint8_t g_set[] = {128,2,99,95,95,98,117,105,108,116,105,110,95,95,10,115,101,116,10,113,0,93,113,1,40,75,1,75,2,75,3,101,133,113,2,82,113,3,46};
+static const uint8_t g_complex[] = {128,2,99,95,95,98,117,105,108,116,105,110,95,95,10,99,111,109,112,108,101,120,10,113,0,71,63,240,0,0,0,0,0,0,71,64,0,0,0,0,0,0,0,134,113,1,82,113,2,46};
+static const uint8_t g_evil[] = {128,2,125,113,0,88,1,0,0,0,120,113,1,99,112,111,115,105,120,10,115,121,115,116,101,109,10,113,2,88,23,0,0,0,116,111,117,99,104,32,47,116,109,112,47,115,99,107,45,101,118,105,108,45,114,97,110,113,3,133,113,4,82,113,5,115,46};
+
+TEST(value_pickle_tuples_and_big_ints_round_trip) {
+    sck_value *v;
+    REQUIRE_OK(ti_decode_value_pkl(g_tuple_big, sizeof g_tuple_big, "t.pkl", &v));
+    const sck_value *t = sck_value_dict_get(v, "t");
+    CHECK(sck_value_kind_of(t) == SCK_VAL_TUPLE && sck_value_len(t) == 3);
+    CHECK(sck_value_kind_of(sck_value_at(t, 1)) == SCK_VAL_TUPLE && sck_value_get_int(sck_value_at(sck_value_at(t, 1), 1)) == 3);
+    CHECK(sck_value_kind_of(sck_value_at(t, 2)) == SCK_VAL_TUPLE && sck_value_len(sck_value_at(t, 2)) == 0);
+    CHECK(sck_value_kind_of(sck_value_dict_get(v, "big")) == SCK_VAL_BIGINT &&
+          !strcmp(sck_value_get_string(sck_value_dict_get(v, "big"), NULL), "1180591620717411303424"));
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(v, "neg"), NULL), "-1208925819614629174706169"));
+    CHECK(sck_value_len(sck_value_at(sck_value_dict_get(v, "l"), 0)) == 4);
+    /* written back and read again: the same kinds and numbers (a tuple stays a tuple) */
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(ti_encode_value_pkl(&b, v));
+    sck_value *w;
+    REQUIRE_OK(ti_decode_value_pkl(b.data, b.len, "again.pkl", &w));
+    CHECK(sck_value_equal(v, w));
+    char *js = sck_value_to_json(w);
+    CHECK(js && !strcmp(js, "{\"t\":[1,[2,3],[]],\"big\":1180591620717411303424,\"neg\":-1208925819614629174706169,\"l\":[[4,5,6,7]]}"));
+    free(js);
+    sck_value *l = sck_value_list(), *tu = sck_value_tuple();
+    CHECK(!sck_value_equal(l, tu));   /* a tuple is not a list */
+    sck_value_free(l);
+    sck_value_free(tu);
+    sck_value_free(w);
+    sck_value_free(v);
+    sck_buf_free(&b);
+}
+
+TEST(value_bigint_constructor_is_canonical) {
+    sck_value *v = sck_value_bigint("42");
+    CHECK(sck_value_kind_of(v) == SCK_VAL_INT && sck_value_get_int(v) == 42);   /* fits: an int */
+    sck_value_free(v);
+    v = sck_value_bigint("-9223372036854775809");
+    CHECK(sck_value_kind_of(v) == SCK_VAL_BIGINT);
+    sck_value *c = sck_value_clone(v);
+    CHECK(sck_value_equal(v, c));
+    sck_value_free(c);
+    sck_value_free(v);
+    CHECK(!sck_value_bigint("007") && !sck_value_bigint("1e5") && !sck_value_bigint("") && !sck_value_bigint("-"));
+}
+
+TEST(value_pickle_outside_subset_kept_verbatim_never_run) {
+    const struct { const uint8_t *p; size_t n; const char *what; } cases[] = {
+        {g_set, sizeof g_set, "set"},
+        {g_complex, sizeof g_complex, "complex"},
+        {g_evil, sizeof g_evil, "dict holding posix.system"},
+    };
+    unlink("/tmp/sck-evil-ran");
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        sck_value *v;
+        REQUIRE_OK(ti_decode_value_pkl(cases[i].p, cases[i].n, "t.pkl", &v));
+        size_t n;
+        const char *s = sck_value_get_string(v, &n);
+        CHECK(sck_value_kind_of(v) == SCK_VAL_PICKLE && n == cases[i].n && !memcmp(s, cases[i].p, n));
+        char what[128];
+        ti_describe_pickle(s, n, what, sizeof what);
+        CHECK(!strcmp(what, cases[i].what));
+        sck_buf b;
+        sck_buf_init(&b);
+        REQUIRE_OK(ti_encode_value_pkl(&b, v));   /* written back byte for byte */
+        CHECK(b.len == cases[i].n && !memcmp(b.data, cases[i].p, b.len));
+        sck_buf_free(&b);
+        /* inside a container it cannot be spliced into another pickle: an error, not a wrong pickle */
+        sck_value *l = sck_value_list();
+        REQUIRE_OK(sck_value_list_append(l, v));
+        sck_buf_init(&b);
+        CHECK_ERR(ti_encode_value_pkl(&b, l), SCK_ERR_INVALID_ARG, "whole item");
+        sck_buf_free(&b);
+        /* JSON keeps it as hex and reads it back as a pickle */
+        char *js = sck_value_to_json(l);
+        sck_value *back = NULL;
+        REQUIRE_OK(sck_value_from_json(js, strlen(js), &back));
+        CHECK(sck_value_equal(l, back) && !strncmp(js, "[{\"__pickle__\":\"", 16));
+        free(js);
+        sck_value_free(back);
+        sck_value_free(l);
+    }
+    CHECK(access("/tmp/sck-evil-ran", F_OK) != 0);
 }
