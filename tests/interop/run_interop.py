@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import interop_common as ic  # noqa: E402
 import npst  # noqa: E402
 import full_cases  # noqa: E402  (full checkpoints: safetensors, HF)
+import values_cases  # noqa: E402  (Python values outside the decoded subset, torch 1.13 and 2.6)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.path.join(REPO, os.environ.get("SCK_BUILD", "build"), "bin", "shardckpt")  # run_all.sh passes make's BUILD
@@ -296,6 +297,7 @@ def main():
                    s.b_fabric_layout)
             s.case("(d) shardckpt inspect of torch's DCP exits 0 and names every key", s.d_inspect_ckt)
             full_cases.add_torch_cases(s, sys.modules[__name__])
+            values_cases.add_cases(s, sys.modules[__name__])
         else:
             s.case("(b)/(d) (not run: torch could not write the reference checkpoint)",
                    lambda: (_ for _ in ()).throw(Failure("skipped")))

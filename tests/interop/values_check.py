@@ -53,18 +53,21 @@ def same(a, b):
 
 def save(path):
     w = dcp.FileSystemWriter(path)
-    if hasattr(dcp, "save"):
-        dcp.save(state(), storage_writer=w, no_dist=True)
+    if hasattr(dcp, "save"):   # torch 2.x: no process group means one process
+        dcp.save(state(), storage_writer=w)
     else:
         dcp.save_state_dict(state(), w, no_dist=True)
 
 
 def load(path):
     sd = {"w": torch.zeros(3, 4)}
-    sd.update({k: None for k in values()})
+    # the same dict structure (torch 2.x flattens nested dicts into keys), every value a placeholder
+    def blank(v):
+        return {k: blank(x) for k, x in v.items()} if isinstance(v, dict) else None
+    sd.update(blank(values()))
     r = dcp.FileSystemReader(path)
     if hasattr(dcp, "load"):
-        dcp.load(sd, storage_reader=r, no_dist=True)
+        dcp.load(sd, storage_reader=r)
     else:
         dcp.load_state_dict(sd, r, no_dist=True)
     assert torch.equal(sd["w"], torch.arange(12, dtype=torch.float32).reshape(3, 4)), sd["w"]
