@@ -130,6 +130,11 @@ static void describe(const cli_entry *e, char *buf, size_t cap) {
 }
 
 static void preview(const sck_value *v, char *buf, size_t cap) {
+    if (sck_value_kind_of(v) == SCK_VAL_PICKLE) {   /* "set (raw pickle, 39 B)", as inspect shows it */
+        char type[160];
+        cli_value_text(v, type, sizeof type, buf, cap);
+        return;
+    }
     char *js = sck_value_to_json(v);
     snprintf(buf, cap, "%.60s%s", js ? js : "?", js && strlen(js) > 60 ? "..." : "");
     free(js);
