@@ -659,11 +659,16 @@ typedef struct sck_verify_stats {
  *  naming the file, key and item offset), SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG. */
 int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats);
 
-/** Reads byte entry i.  If it is a torch.save archive of a plain Python value
- *  (int, float, str, bytes, bool, None, list, tuple, dict), *value receives it
- *  and *data is NULL; otherwise *data and *n receive the raw bytes and *value is
- *  NULL.  Either output is owned by the caller (free() / sck_value_free).
- *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
+/** Reads byte entry i.  If it is a torch.save archive of a Python object, *value
+ *  receives it and *data is NULL: plain values (int of any size, float, str,
+ *  bytes, bool, None, list, tuple, dict) decoded, any other object as a
+ *  SCK_VAL_PICKLE holding its data.pkl (never run).  Otherwise (not an archive,
+ *  or an archive with storages of its own) *data and *n receive the raw item
+ *  bytes and *value is NULL.  Either output is owned by the caller (free() /
+ *  sck_value_free).  A value sck_load loads the same way; a blob request of a
+ *  PICKLE item gets the item's bytes.
+ *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_FORMAT (a damaged pickle or archive),
+ *  SCK_ERR_IO, SCK_ERR_NOMEM. */
 int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value);
 
 #ifdef __cplusplus

@@ -570,3 +570,39 @@ static int bad_arg_on_one_rank(sck_comm *comm, void *arg) {
 TEST(bad_arguments_on_one_rank_fail_every_rank_without_hanging) {
     CHECK_OK(sck_threads_run(3, bad_arg_on_one_rank, (void *)subdir("ckbad")));
 }
+
+/* A value outside the decoded subset (here CPython's protocol-2 pickle of {1, 2, 3}) is saved as its
+ * pickle, loads back as the same SCK_VAL_PICKLE, and as a blob gives the item's torch.save archive. */
+TEST(save_load_pickled_value_verbatim_and_as_blob) {
+    static const uint8_t set_pkl[] = {128,2,99,95,95,98,117,105,108,116,105,110,95,95,10,115,101,116,10,113,0,93,113,
+                                      1,40,75,1,75,2,75,3,101,133,113,2,82,113,3,46};
+    const char *dir = subdir("ckpickle");
+    sck_state *st = sck_state_new();
+    REQUIRE_OK(sck_state_add_value(st, "seen", sck_value_pickle(set_pkl, sizeof set_pkl)));
+    sck_value *t = sck_value_tuple();
+    REQUIRE_OK(sck_value_list_append(t, sck_value_bigint("-36893488147419103232")));
+    REQUIRE_OK(sck_state_add_value(st, "t", t));
+    REQUIRE_OK(sck_save(NULL, dir, st, NULL));
+    sck_state_free(st);
+
+    st = sck_state_new();
+    REQUIRE_OK(sck_state_add_value(st, "seen", NULL));
+    REQUIRE_OK(sck_state_add_value(st, "t", NULL));
+    REQUIRE_OK(sck_load(NULL, dir, st, NULL));
+    size_t n;
+    const sck_value *v = sck_state_value(st, "seen");
+    const char *s = sck_value_get_string(v, &n);
+    CHECK(sck_value_kind_of(v) == SCK_VAL_PICKLE && n == sizeof set_pkl && !memcmp(s, set_pkl, n));
+    v = sck_state_value(st, "t");
+    CHECK(sck_value_kind_of(v) == SCK_VAL_TUPLE && sck_value_len(v) == 1 &&
+          !strcmp(sck_value_get_string(sck_value_at(v, 0), NULL), "-36893488147419103232"));
+    sck_state_free(st);
+
+    st = sck_state_new();
+    REQUIRE_OK(sck_state_add_blob(st, "seen", NULL, 0));
+    REQUIRE_OK(sck_load(NULL, dir, st, NULL));
+    const void *blob;
+    REQUIRE_OK(sck_state_blob(st, "seen", &blob, &n));
+    CHECK(n > sizeof set_pkl && !memcmp(blob, "PK\x03\x04", 4) && memmem(blob, n, set_pkl, sizeof set_pkl));
+    sck_state_free(st);
+}
