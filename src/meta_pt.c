@@ -60,7 +60,7 @@ int meta_pt_read(const char *dir, sck_value **out) {
         rc = sck_err(SCK_ERR_CHECKSUM, "%s: %s/data.pkl does not match its zip CRC-32 (0x%08x)", path, zd.prefix ? zd.prefix : "",
                      pk->crc);
     sck_value *v = NULL;
-    if (!rc) rc = ti_decode_value_pkl(data + pk->data_off, (size_t)pk->size, path, &v);
+    if (!rc) rc = ti_decode_plain_value_pkl(data + pk->data_off, (size_t)pk->size, path, &v);
     if (!rc && sck_value_kind_of(v) != SCK_VAL_DICT) rc = sck_err(SCK_ERR_FORMAT, "%s: holds no dict (Fabric saves a dict of its entries)", path);
     zip_dir_free(&zd);
     free(data);

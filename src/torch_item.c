@@ -498,7 +498,7 @@ static int has_persid(const pk_obj *o, int depth, size_t *budget) {
     }
 }
 
-int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out) {
+static int decode_value(const void *pkl, size_t n, const char *what, int keep_pickle, sck_value **out) {
     pk_arena *arena = NULL;
     pk_obj *root = NULL;
     *out = NULL;
@@ -512,11 +512,19 @@ int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value *
         }
     }
     pk_arena_free(arena);
-    if (rc != SCK_ERR_UNSUPPORTED) return rc;
+    if (rc != SCK_ERR_UNSUPPORTED || !keep_pickle) return rc;
     /* Outside the subset (a set, complex, numpy, torch.Size, ...): kept as the bytes torch wrote. */
     sck_err_clear();
     *out = sck_value_pickle(pkl, n);
     return *out ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+}
+
+int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out) {
+    return decode_value(pkl, n, what, 1, out);
+}
+
+int ti_decode_plain_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out) {
+    return decode_value(pkl, n, what, 0, out);
 }
 
 /* ---- naming a pickled value without running it ---- */

@@ -43,6 +43,9 @@ int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor 
  * refers to storages by persistent id, so the pickle alone is not the value: keep the whole
  * archive), SCK_ERR_NOMEM. */
 int ti_decode_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out);
+/* The same, but an object outside the subset is SCK_ERR_UNSUPPORTED naming its class (for a pickle
+ * whose parts are used one by one, such as Fabric's meta.pt dict: a pickle cannot be cut in parts). */
+int ti_decode_plain_value_pkl(const void *pkl, size_t n, const char *what, sck_value **out);
 /* What a pickle holds, for people, without running it: "set", "complex", "numpy.ndarray",
  * "tuple holding numpy.ndarray", "torch.Size" ...; "pickle" when it does not parse. */
 void ti_describe_pickle(const void *pkl, size_t n, char *buf, size_t cap);
