@@ -26,7 +26,8 @@ static size_t touch(const pk_obj *o, size_t *budget) {
     case PK_INT: return sum + (size_t)o->i;
     case PK_FLOAT: return sum + (o->f > 0);
     case PK_STR:
-    case PK_BYTES: return sum + (unsigned char)o->s[o->len];
+    case PK_BYTES:
+    case PK_BIGINT: return sum + (unsigned char)o->s[o->len];
     case PK_GLOBAL: return sum + (unsigned char)o->s[0] + (unsigned char)o->name[0];
     default: break;
     }
