@@ -2,7 +2,8 @@
 # run_all.sh - the whole test suite behind `make test`:
 #   1. C unit/integration tests (optimized build)
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
-#   3. interop with the real PyTorch DCP (Debian python3-torch) through the CLI
+#   3. interop with the real PyTorch DCP through the CLI: Debian 12's torch 1.13 and Debian 13's torch 2.6 in a
+#      trixie chroot (tests/interop/torch26_root.sh builds it on the first run and reuses it after)
 #   4. MPI (tests/mpi/run.sh via `make test-mpi`): save/load on 1..8 ranks under mpirun, error agreement,
 #      and the fsdp_train example's resume checks (threads only when MPI is not installed)
 # Prints one line per suite and the closing "N passed, N failed" summed over all of them.
@@ -41,7 +42,10 @@ else
     echo "== ASan build failed"; tail -n 30 "$log"; total_fail=$((total_fail + 1)); status=1
 fi
 
-echo "== torch interop (tests/interop)"
+echo "== torch interop (tests/interop: torch 1.13, torch 2.6 in a chroot)"
+if ! sh tests/interop/torch26_root.sh > "$log" 2>&1; then
+    echo "== the torch 2.6 chroot could not be built"; tail -n 30 "$log"; total_fail=$((total_fail + 1)); status=1
+fi
 SCK_BUILD=$B $PYTHON tests/interop/run_interop.py > "$log" 2>&1 || status=1
 count "torch interop"
 

@@ -19,6 +19,7 @@ import interop_common as ic  # noqa: E402
 import npst  # noqa: E402
 import full_cases  # noqa: E402  (full checkpoints: safetensors, HF)
 import values_cases  # noqa: E402  (Python values outside the decoded subset, torch 1.13 and 2.6)
+import t26_cases  # noqa: E402  (torch 2.6: Fabric's FSDP layout, planner_data paths)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.path.join(REPO, os.environ.get("SCK_BUILD", "build"), "bin", "shardckpt")  # run_all.sh passes make's BUILD
@@ -301,6 +302,7 @@ def main():
         else:
             s.case("(b)/(d) (not run: torch could not write the reference checkpoint)",
                    lambda: (_ for _ in ()).throw(Failure("skipped")))
+        t26_cases.add_cases(s, sys.modules[__name__])
     finally:
         if os.environ.get("SCK_INTEROP_KEEP"):
             print(f"kept {tmp}")
