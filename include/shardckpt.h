@@ -90,18 +90,35 @@ const char *sck_status_name(int status);
 /* Data types                                                                */
 /* ------------------------------------------------------------------------ */
 
+/* Every dtype torch can save (its storage dtypes).  Values are stable: they are stored in shardckpt's
+ * metadata side file, so new dtypes are only ever appended.  The library moves elements as opaque
+ * bytes of sck_dtype_size() each; only a big-endian torch file makes it look inside (a byte swap per
+ * component: complex numbers swap each half).  COMPLEX32/64/128 are (real, imaginary) pairs of
+ * float16/32/64.  The float8 dtypes are one byte each: E4M3FN and E5M2 as in the OCP FP8 spec, the FNUZ
+ * variants with a single NaN and no negative zero, E8M0FNU an unsigned power-of-two scale.  BITS* are
+ * torch's uninterpreted bit containers.  Quantized (qint8 ...) and sub-byte (uint1..7, int1..7)
+ * dtypes are not storage dtypes torch can save, and are refused wherever met, naming them. */
 typedef enum sck_dtype {
     SCK_F32 = 0, SCK_F64, SCK_F16, SCK_BF16,
     SCK_I8, SCK_I16, SCK_I32, SCK_I64,
     SCK_U8, SCK_BOOL,
+    SCK_COMPLEX64, SCK_COMPLEX128, SCK_COMPLEX32,
+    SCK_U16, SCK_U32, SCK_U64,
+    SCK_F8_E4M3FN, SCK_F8_E4M3FNUZ, SCK_F8_E5M2, SCK_F8_E5M2FNUZ, SCK_F8_E8M0FNU,
+    SCK_BITS8, SCK_BITS16, SCK_BITS1X8, SCK_BITS2X4, SCK_BITS4X2,
     SCK_DTYPE_COUNT
 } sck_dtype;
 
 /** Bytes per element of `dt`, or 0 for an invalid dtype. */
 size_t sck_dtype_size(sck_dtype dt);
-/** Lower-case name ("float32", "bfloat16", "int64", "bool" ...), or "?" for an invalid dtype. */
+/** torch's name for `dt` ("float32", "bfloat16", "float8_e4m3fn", "complex64", "uint16", "bool" ...),
+ *  or "?" for an invalid dtype. */
 const char *sck_dtype_name(sck_dtype dt);
-/** Parse a dtype name: torch names ("float32", "half" ...) or safetensors names ("F32", "BF16" ...).
+/** safetensors' name for `dt` ("F32", "F8_E4M3", "C64" ...), or NULL where safetensors has none
+ *  (complex32/128, the float8 FNUZ variants, bits*) or `dt` is invalid. */
+const char *sck_dtype_safetensors_name(sck_dtype dt);
+/** Parse a dtype name: torch names and aliases ("float32", "half", "cfloat", "float8_e5m2" ...) or
+ *  safetensors names ("F32", "BF16", "F8_E4M3", "U64" ...).
  *  Returns SCK_OK and sets *out, or SCK_ERR_INVALID_ARG. */
 int sck_dtype_from_name(const char *name, sck_dtype *out);
 

@@ -638,7 +638,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
             if (!rc) rc = sck_err(SCK_ERR_FORMAT, "%s: bad byteorder record", what);
             goto out;
         }
-        if (!strcmp(b, "big")) r->swap = elem > 1;
+        if (!strcmp(b, "big")) r->swap = (uint8_t)(sck_dtype_swap_unit((sck_dtype)e->dtype) > 1 ? sck_dtype_swap_unit((sck_dtype)e->dtype) : 0);
         else if (strcmp(b, "little")) {
             rc = sck_err(SCK_ERR_FORMAT, "%s: byteorder record '%s' is neither little nor big", what, b);
             goto out;
@@ -834,7 +834,7 @@ typedef struct run_ctx {
     uint64_t base;          /* absolute offset of the chunk view's element 0 */
     uint8_t *dst;
     size_t elem;
-    int swap;
+    int swap;               /* bytes per component to reverse (ck_res.swap), or 0 */
     int no_window;          /* short runs too are read straight from the file (see copy_peer_checked) */
 } run_ctx;
 
@@ -862,7 +862,7 @@ static int copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nby
     run_ctx *r = vctx;
     uint8_t *d = r->dst + dst_off;
     int rc = read_run_raw(r, r->base + src_off, d, nbytes);
-    if (!rc && r->swap) swap_elems(d, nbytes, r->elem);
+    if (!rc && r->swap) swap_elems(d, nbytes, (size_t)r->swap);
     return rc;
 }
 
@@ -965,7 +965,7 @@ static int check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const
             if (!it.scatter) memcpy(d + done, p + (a - pos), take);
             done += take;
             if (done < l->r[k][2]) break;
-            if (rx->swap) swap_elems(d, l->r[k][2], rx->elem);
+            if (rx->swap) swap_elems(d, l->r[k][2], (size_t)rx->swap);
             k++;
             done = 0;
         }
@@ -1258,7 +1258,7 @@ static int read_run_crc(run_ctx *rx, uint64_t src_off, uint64_t dst_off, uint64_
     if (n >= PIPE_MIN && !ck->rp && !ck->rp_failed && rp_new(&ck->rp, pipe_helpers(ck)) != SCK_OK) ck->rp_failed = 1;
     if (n >= PIPE_MIN && ck->rp) rc = (rc = pipe_begin(ck, rx->ird, d, abs, n)) ? rc : pipe_drain_crc(ck, rx->ird, n, crc, NULL, NULL);
     else if (!(rc = read_run_raw(rx, abs, d, n))) *crc = sck_crc32c(0, d, (size_t)n);
-    if (!rc && rx->swap) swap_elems(d, n, rx->elem);
+    if (!rc && rx->swap) swap_elems(d, n, (size_t)rx->swap);
     return rc;
 }
 

@@ -20,7 +20,7 @@ typedef struct ck_res {
     uint32_t strides;               /* element strides of the stored view: 0, row-major over the chunk's
                                      * box (box_strides; every item we write), else ck->strides[k - 1] */
     uint8_t done;
-    uint8_t swap;                   /* stored big-endian */
+    uint8_t swap;                   /* stored big-endian: bytes per component to reverse, else 0 */
     uint8_t verified;               /* the item's bytes matched its CRC-32C */
 } ck_res;
 

@@ -484,6 +484,10 @@ static int decode_entry(ck_meta *m, const pk_obj *key, const pk_obj *val, const 
     if (!cls || strcmp(cls, "TensorStorageMetadata"))
         return sck_err(SCK_ERR_FORMAT, "%s: entry '%s' is neither TensorStorageMetadata nor BytesStorageMetadata", what, key->s);
     props_dtype(attr(val, "properties"), e);
+    /* Refused here, at open: a tensor whose element size we do not know cannot even be listed right. */
+    if (e->dtype < 0)
+        return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor '%s' has dtype %s%s, which shardckpt does not support", what,
+                       key->s, strcmp(e->dtype_name, "?") ? "torch." : "", e->dtype_name);
     if (!get_dims(attr(val, "size"), &e->ndim, e->shape))
         return sck_err(SCK_ERR_FORMAT, "%s: tensor '%s' has no valid size", what, key->s);
     for (int d = 0; d < e->ndim; d++)

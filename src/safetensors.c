@@ -13,8 +13,7 @@
 
 /* Valid safetensors dtypes we do not implement: SCK_ERR_UNSUPPORTED rather than "malformed". */
 static const char *const g_other_spec_dtypes[] = {
-    "F4", "F6_E2M3", "F6_E3M2", "F8_E5M2", "F8_E4M3", "F8_E8M0", "F8_E4M3FNUZ", "F8_E5M2FNUZ",
-    "U16", "U32", "U64", "C64", "C128",
+    "F4", "F6_E2M3", "F6_E3M2",
 };
 
 void st_header_free(st_header *h) {
@@ -252,6 +251,9 @@ static int check_build_args(st_tensor *t, size_t n, const sck_value *metadata) {
             return sck_err(SCK_ERR_INVALID_ARG, "safetensors: tensor name \"%s\" is reserved", name);
         if (sck_dtype_size(t[i].dtype) == 0)
             return sck_err(SCK_ERR_INVALID_ARG, "safetensors: tensor \"%.200s\" has invalid dtype %d", name, (int)t[i].dtype);
+        if (!sck_dtype_safetensors_name(t[i].dtype))
+            return sck_err(SCK_ERR_UNSUPPORTED, "safetensors: tensor \"%.200s\" is %s, which safetensors has no dtype for",
+                           name, sck_dtype_name(t[i].dtype));
         if (t[i].ndim < 0 || t[i].ndim > SCK_MAX_DIMS)
             return sck_err(SCK_ERR_INVALID_ARG, "safetensors: tensor \"%.200s\" has ndim %d", name, t[i].ndim);
         uint64_t numel, nbytes;

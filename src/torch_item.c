@@ -11,16 +11,21 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
     pk_writer w;
     int64_t numel = 1;
     for (int i = 0; i < ndim; i++) numel *= sizes[i];
+    /* As torch.save writes it: dtypes with a legacy typed storage class go through _rebuild_tensor_v2
+     * with that class; the newer ones (float8, uint16 ...) through _rebuild_tensor_v3 with an
+     * UntypedStorage, whose size is in bytes, and the dtype as a seventh argument. */
+    const char *storage = sck_dtype_storage_name(dt);
     pk_begin(&w, out, 2);
-    pk_global_static(&w, "torch._utils", "_rebuild_tensor_v2");
+    pk_global_static(&w, "torch._utils", storage ? "_rebuild_tensor_v2" : "_rebuild_tensor_v3");
     pk_mark(&w);
     /* persistent id: ('storage', torch.<X>Storage, '0', 'cpu', numel) */
     pk_mark(&w);
     pk_cstr(&w, "storage");
-    pk_global_static(&w, "torch", sck_dtype_storage_name(dt));
+    if (storage) pk_global_static(&w, "torch", storage);
+    else pk_global_static(&w, "torch.storage", "UntypedStorage");
     pk_cstr(&w, "0");
     pk_cstr(&w, "cpu");
-    pk_int(&w, numel);
+    pk_int(&w, storage ? numel : numel * (int64_t)sck_dtype_size(dt));
     pk_tuple(&w, 5);
     pk_binpersid(&w);
     pk_int(&w, 0); /* storage offset */
@@ -40,7 +45,8 @@ int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *si
     pk_global_static(&w, "collections", "OrderedDict");
     pk_tuple(&w, 0);
     pk_reduce(&w); /* backward_hooks */
-    pk_tuple(&w, 6);
+    if (!storage) pk_global_static(&w, "torch", sck_dtype_torch_name(dt));
+    pk_tuple(&w, storage ? 6 : 7);
     pk_reduce(&w);
     return pk_finish(&w);
 }
@@ -217,9 +223,13 @@ static int allow_tensor(void *ctx, const char *module, const char *name) {
         return !strcmp(name, "_rebuild_tensor_v2") || !strcmp(name, "_rebuild_tensor_v3") ||
                !strcmp(name, "_rebuild_tensor");
     if (!strcmp(module, "collections")) return !strcmp(name, "OrderedDict");
+    if (!strcmp(module, "torch.storage")) return !strcmp(name, "UntypedStorage"); /* torch >= 2.0 */
+    /* Any torch storage class or dtype name passes here (nothing is ever called), so that one we do
+     * not know is reported by name below rather than as a refused global. */
     if (!strcmp(module, "torch"))
         return !strcmp(name, "UntypedStorage") || sck_dtype_from_storage_name(name, &dt) == SCK_OK ||
-               sck_dtype_from_name(name, &dt) == SCK_OK || strstr(name, "Storage") != NULL;
+               sck_dtype_from_name(name, &dt) == SCK_OK || strstr(name, "Storage") != NULL ||
+               strspn(name, "abcdefghijklmnopqrstuvwxyz0123456789_") == strlen(name);
     return 0;
 }
 

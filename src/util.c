@@ -246,41 +246,64 @@ int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char 
 typedef struct {
     const char *name;     /* our canonical name == torch attribute name */
     size_t size;
-    const char *storage;  /* legacy torch storage class */
-    const char *st;       /* safetensors name */
+    size_t unit;          /* bytes per component: the unit a byte swap reverses */
+    const char *storage;  /* legacy torch storage class; NULL: torch saves it as UntypedStorage + dtype */
+    const char *st;       /* safetensors name; NULL: safetensors has none */
 } dtype_info;
 
 static const dtype_info g_dtypes[SCK_DTYPE_COUNT] = {
-    [SCK_F32] = {"float32", 4, "FloatStorage", "F32"},
-    [SCK_F64] = {"float64", 8, "DoubleStorage", "F64"},
-    [SCK_F16] = {"float16", 2, "HalfStorage", "F16"},
-    [SCK_BF16] = {"bfloat16", 2, "BFloat16Storage", "BF16"},
-    [SCK_I8] = {"int8", 1, "CharStorage", "I8"},
-    [SCK_I16] = {"int16", 2, "ShortStorage", "I16"},
-    [SCK_I32] = {"int32", 4, "IntStorage", "I32"},
-    [SCK_I64] = {"int64", 8, "LongStorage", "I64"},
-    [SCK_U8] = {"uint8", 1, "ByteStorage", "U8"},
-    [SCK_BOOL] = {"bool", 1, "BoolStorage", "BOOL"},
+    [SCK_F32] = {"float32", 4, 4, "FloatStorage", "F32"},
+    [SCK_F64] = {"float64", 8, 8, "DoubleStorage", "F64"},
+    [SCK_F16] = {"float16", 2, 2, "HalfStorage", "F16"},
+    [SCK_BF16] = {"bfloat16", 2, 2, "BFloat16Storage", "BF16"},
+    [SCK_I8] = {"int8", 1, 1, "CharStorage", "I8"},
+    [SCK_I16] = {"int16", 2, 2, "ShortStorage", "I16"},
+    [SCK_I32] = {"int32", 4, 4, "IntStorage", "I32"},
+    [SCK_I64] = {"int64", 8, 8, "LongStorage", "I64"},
+    [SCK_U8] = {"uint8", 1, 1, "ByteStorage", "U8"},
+    [SCK_BOOL] = {"bool", 1, 1, "BoolStorage", "BOOL"},
+    [SCK_COMPLEX64] = {"complex64", 8, 4, "ComplexFloatStorage", "C64"},
+    [SCK_COMPLEX128] = {"complex128", 16, 8, "ComplexDoubleStorage", NULL},
+    [SCK_COMPLEX32] = {"complex32", 4, 2, NULL, NULL},
+    [SCK_U16] = {"uint16", 2, 2, NULL, "U16"},
+    [SCK_U32] = {"uint32", 4, 4, NULL, "U32"},
+    [SCK_U64] = {"uint64", 8, 8, NULL, "U64"},
+    [SCK_F8_E4M3FN] = {"float8_e4m3fn", 1, 1, NULL, "F8_E4M3"},
+    [SCK_F8_E4M3FNUZ] = {"float8_e4m3fnuz", 1, 1, NULL, NULL},
+    [SCK_F8_E5M2] = {"float8_e5m2", 1, 1, NULL, "F8_E5M2"},
+    [SCK_F8_E5M2FNUZ] = {"float8_e5m2fnuz", 1, 1, NULL, NULL},
+    [SCK_F8_E8M0FNU] = {"float8_e8m0fnu", 1, 1, NULL, "F8_E8M0"},
+    [SCK_BITS8] = {"bits8", 1, 1, NULL, NULL},
+    [SCK_BITS16] = {"bits16", 2, 2, NULL, NULL},
+    [SCK_BITS1X8] = {"bits1x8", 1, 1, NULL, NULL},
+    [SCK_BITS2X4] = {"bits2x4", 1, 1, NULL, NULL},
+    [SCK_BITS4X2] = {"bits4x2", 1, 1, NULL, NULL},
 };
 
 static int dtype_ok(sck_dtype dt) { return (int)dt >= 0 && dt < SCK_DTYPE_COUNT; }
 
 size_t sck_dtype_size(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].size : 0; }
+size_t sck_dtype_swap_unit(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].unit : 0; }
 const char *sck_dtype_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].name : "?"; }
 const char *sck_dtype_torch_name(sck_dtype dt) { return sck_dtype_name(dt); }
-const char *sck_dtype_storage_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].storage : "?"; }
-const char *sck_dtype_st_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].st : "?"; }
+const char *sck_dtype_storage_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].storage : NULL; }
+const char *sck_dtype_safetensors_name(sck_dtype dt) { return dtype_ok(dt) ? g_dtypes[dt].st : NULL; }
+const char *sck_dtype_st_name(sck_dtype dt) {
+    const char *s = sck_dtype_safetensors_name(dt);
+    return s ? s : "?";
+}
 
 int sck_dtype_from_name(const char *name, sck_dtype *out) {
     static const struct { const char *alias; sck_dtype dt; } aliases[] = {
         {"float", SCK_F32}, {"double", SCK_F64}, {"half", SCK_F16}, {"long", SCK_I64},
         {"int", SCK_I32}, {"short", SCK_I16}, {"f32", SCK_F32}, {"f64", SCK_F64}, {"f16", SCK_F16},
         {"bf16", SCK_BF16}, {"i8", SCK_I8}, {"i16", SCK_I16}, {"i32", SCK_I32}, {"i64", SCK_I64},
-        {"u8", SCK_U8},
+        {"u8", SCK_U8}, {"cfloat", SCK_COMPLEX64}, {"cdouble", SCK_COMPLEX128}, {"chalf", SCK_COMPLEX32},
+        {"c64", SCK_COMPLEX64}, {"u16", SCK_U16}, {"u32", SCK_U32}, {"u64", SCK_U64},
     };
     if (!name || !out) return SCK_ERR_INVALID_ARG;
     for (int i = 0; i < SCK_DTYPE_COUNT; i++) {
-        if (!strcmp(name, g_dtypes[i].name) || !strcmp(name, g_dtypes[i].st)) {
+        if (!strcmp(name, g_dtypes[i].name) || (g_dtypes[i].st && !strcmp(name, g_dtypes[i].st))) {
             *out = (sck_dtype)i;
             return SCK_OK;
         }
@@ -296,7 +319,7 @@ int sck_dtype_from_name(const char *name, sck_dtype *out) {
 
 int sck_dtype_from_storage_name(const char *name, sck_dtype *out) {
     for (int i = 0; i < SCK_DTYPE_COUNT; i++) {
-        if (!strcmp(name, g_dtypes[i].storage)) {
+        if (g_dtypes[i].storage && !strcmp(name, g_dtypes[i].storage)) {
             *out = (sck_dtype)i;
             return SCK_OK;
         }

@@ -147,8 +147,9 @@ int sck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const char *
 
 /* Torch names for dtypes. */
 const char *sck_dtype_torch_name(sck_dtype dt);    /* "float32" -> used as torch.<name> */
-const char *sck_dtype_storage_name(sck_dtype dt);  /* "FloatStorage" */
-const char *sck_dtype_st_name(sck_dtype dt);       /* safetensors: "F32" */
+const char *sck_dtype_storage_name(sck_dtype dt);  /* "FloatStorage"; NULL: saved as UntypedStorage */
+const char *sck_dtype_st_name(sck_dtype dt);       /* safetensors: "F32"; "?" where it has none */
+size_t sck_dtype_swap_unit(sck_dtype dt);          /* bytes per component (complex: half the element) */
 int sck_dtype_from_storage_name(const char *name, sck_dtype *out);
 
 /* Product of dims with overflow check; returns 1 on overflow. */

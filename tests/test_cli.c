@@ -414,6 +414,64 @@ TEST(cli_diff_reports_every_kind_of_change) {
     CHECK(strstr(g_out, "= model.mask") && strstr(g_out, "= other.rng"));
 }
 
+/* A safetensors file of the tensors in `hdr` (JSON) with `n` data bytes. */
+static void write_st(const char *path, const char *hdr, const void *data, size_t n) {
+    FILE *fp = fopen(path, "wb");
+    if (!fp) {
+        th_fail(__FILE__, __LINE__, "fopen");
+        return;
+    }
+    uint64_t hl = strlen(hdr);
+    uint8_t le[8];
+    for (int i = 0; i < 8; i++) le[i] = (uint8_t)(hl >> (8 * i));
+    if (fwrite(le, 1, 8, fp) != 8 || fwrite(hdr, 1, hl, fp) != hl || fwrite(data, 1, n, fp) != n) th_fail(__FILE__, __LINE__, "fwrite");
+    fclose(fp);
+}
+
+/* float8, complex and uint64 elements compare as numbers: e4m3fn 1.0 -> 1.25 is 0.25 (its NaN equals
+ * itself), complex64 (1, 2) -> (1, 2.5) is 0.5, uint64 2^63+5 -> 2^63+2 is exactly 3. */
+TEST(cli_diff_and_inspect_of_float8_complex_and_uint64) {
+    const char *hdr = "{\"c\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]},"
+                      "\"u\":{\"dtype\":\"U64\",\"shape\":[1],\"data_offsets\":[8,16]},"
+                      "\"f8a\":{\"dtype\":\"F8_E4M3\",\"shape\":[3],\"data_offsets\":[16,19]},"
+                      "\"f8b\":{\"dtype\":\"F8_E5M2\",\"shape\":[2],\"data_offsets\":[19,21]},"
+                      "\"e\":{\"dtype\":\"F8_E8M0\",\"shape\":[1],\"data_offsets\":[21,22]}}";
+    uint8_t a[22], b[22];
+    float c[2] = {1.0f, 2.0f};
+    uint64_t u = (1ull << 63) + 5;
+    memcpy(a, c, 8);
+    memcpy(a + 8, &u, 8);
+    const uint8_t rest_a[6] = {0x38, 0x40, 0x7F, 0x3C, 0x7C, 127}; /* 1, 2, NaN | 1, inf | 1 */
+    memcpy(a + 16, rest_a, 6);
+    memcpy(b, a, sizeof b);
+    c[1] = 2.5f;
+    u -= 3;
+    memcpy(b, c, 8);
+    memcpy(b + 8, &u, 8);
+    b[16] = 0x3A; /* 1.25 */
+    b[19] = 0x3D; /* 1.25 */
+    b[21] = 128;  /* 2 */
+    write_st(tpath("f8a.safetensors"), hdr, a, sizeof a);
+    write_st(tpath("f8b.safetensors"), hdr, b, sizeof b);
+    REQUIRE(RUN(args_of("diff %s %s", tpath("f8a.safetensors"), tpath("f8b.safetensors"))) == 1);
+    CHECK(strstr(g_out, "~ f8a") && strstr(g_out, "max abs diff 0.25, 1 of 3 elements differ"));
+    CHECK(strstr(g_out, "~ f8b") && strstr(g_out, "max abs diff 0.25, 1 of 2 elements differ"));
+    CHECK(strstr(g_out, "~ c ") && strstr(g_out, "max abs diff 0.5, 1 of 1 elements differ"));
+    CHECK(strstr(g_out, "~ u ") && strstr(g_out, "max abs diff 3, 1 of 1 elements differ"));
+    CHECK(strstr(g_out, "~ e ") && strstr(g_out, "max abs diff 1, 1 of 1 elements differ"));
+    CHECK(strstr(g_out, "different: 5 changed, 0 added, 0 removed, 0 identical") != NULL);
+    REQUIRE(RUN(args_of("inspect --flat %s%s", tpath("f8a.safetensors"), "")) == 0);
+    CHECK(strstr(g_out, "float8_e4m3fn") && strstr(g_out, "float8_e5m2") && strstr(g_out, "float8_e8m0fnu") &&
+          strstr(g_out, "complex64") && strstr(g_out, "uint64"));
+    /* through DCP (torch items of both storage forms) and back: same names, same bytes */
+    REQUIRE(RUN(args_of("convert %s %s --to dcp --ranks 2", tpath("f8a.safetensors"), tpath("f8dcp"))) == 0);
+    REQUIRE(RUN(args_of("convert %s %s", tpath("f8dcp"), tpath("f8back.safetensors"))) == 0);
+    REQUIRE(RUN(args_of("diff %s %s", tpath("f8a.safetensors"), tpath("f8back.safetensors"))) == 0);
+    REQUIRE(RUN(args_of("inspect --json %s%s", tpath("f8back.safetensors"), "")) == 0);
+    CHECK(strstr(g_out, "\"dtype\":\"float8_e8m0fnu\"") && strstr(g_out, "\"dtype\":\"complex64\"") &&
+          strstr(g_out, "\"key\":\"u\",\"kind\":\"tensor\",\"nbytes\":8"));
+}
+
 TEST(cli_verify_passes_a_good_checkpoint_and_names_a_corrupt_item) {
     fixture f;
     const char *dir = tpath("ckv");

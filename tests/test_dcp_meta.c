@@ -139,6 +139,43 @@ TEST(dcp_meta_is_valid_python_pickle) {
     ck_meta_free(&m);
 }
 
+/* A tensor of a dtype we do not know (torch's quantized qint8 here) is refused when .metadata is read,
+ * naming the key and the dtype: its element size is unknown, so nothing about it could be listed right. */
+TEST(dcp_meta_unknown_dtype_refused_at_open_by_key_and_name) {
+    ck_meta m;
+    memset(&m, 0, sizeof m);
+    uint32_t f0;
+    ck_meta_file(&m, "__0_0.distcp", &f0);
+    ck_entry *e;
+    REQUIRE_OK(ck_meta_add(&m, "model.q", &e));
+    e->dtype = SCK_U16;
+    snprintf(e->dtype_name, sizeof e->dtype_name, "uint16");
+    e->ndim = 1;
+    e->shape[0] = 4;
+    ck_chunk c;
+    memset(&c, 0, sizeof c);
+    c.file = f0;
+    c.length = 8;
+    int64_t off = 0, size = 4;
+    REQUIRE_OK(ck_entry_add_chunk(e, &c, &off, &size));
+    ck_meta_finish(&m, "test");
+    sck_buf b;
+    sck_buf_init(&b);
+    REQUIRE_OK(dcp_meta_encode(&m, &b));
+    ck_meta back;
+    REQUIRE_OK(dcp_meta_decode(b.data, b.len, "ok/.metadata", &back));
+    CHECK(back.n == 1 && back.e[0].dtype == SCK_U16);
+    ck_meta_free(&back);
+    /* the same pickle with the global torch.uint16 renamed (a same-length string: nothing else moves) */
+    uint8_t *p = memmem(b.data, b.len, "uint16", 6);
+    REQUIRE(p != NULL);
+    memcpy(p, "qint16", 6);
+    CHECK_ERR(dcp_meta_decode(b.data, b.len, "d/.metadata", &back), SCK_ERR_UNSUPPORTED,
+              "d/.metadata: tensor 'model.q' has dtype torch.qint16, which shardckpt does not support");
+    sck_buf_free(&b);
+    ck_meta_free(&m);
+}
+
 TEST(dcp_meta_rejects_wrong_root_and_globals) {
     ck_meta m;
     /* not a Metadata */

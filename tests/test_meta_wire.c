@@ -48,9 +48,9 @@ static void build_model(ck_meta *m) {
         ck_entry_add_chunk(e, &c, off, size);
     }
 
-    ck_meta_add(m, "c.complex", &e);
+    ck_meta_add(m, "c.complex", &e); /* a dtype we do not know, as meta_wire keeps it */
     e->dtype = -1;
-    snprintf(e->dtype_name, sizeof e->dtype_name, "complex32");
+    snprintf(e->dtype_name, sizeof e->dtype_name, "qint8");
     e->ndim = 1;
     e->shape[0] = 4;
     int64_t o1 = 0, s1 = 4;
@@ -147,6 +147,8 @@ TEST(meta_wire_round_trip_of_a_decoded_metadata_and_an_empty_model) {
     ck_meta m, dcp, back;
     build_model(&m);
     m.e[5].chunks[0].offset = 1ull << 40; /* DCP's offsets are Python ints of int64 range */
+    for (size_t i = 0; i < m.n; i++)      /* .metadata refuses an unknown dtype at open */
+        if (m.e[i].dtype < 0) m.e[i].dtype = SCK_COMPLEX32;
     sck_buf pk, w;
     sck_buf_init(&pk);
     sck_buf_init(&w);

@@ -269,6 +269,11 @@ TEST(st_build_rejects_bad_input) {
     CHECK_ERR(st_build_header(&t, 1, NULL, &b), SCK_ERR_INVALID_ARG, "tensor \"o\" has a negative or overflowing shape");
     t = mk_tensor("d", (sck_dtype)99, 1, s1);
     CHECK_ERR(st_build_header(&t, 1, NULL, &b), SCK_ERR_INVALID_ARG, "tensor \"d\" has invalid dtype 99");
+    t = mk_tensor("z", SCK_COMPLEX128, 1, s1);
+    CHECK_ERR(st_build_header(&t, 1, NULL, &b), SCK_ERR_UNSUPPORTED,
+              "tensor \"z\" is complex128, which safetensors has no dtype for");
+    t = mk_tensor("q", SCK_F8_E4M3FNUZ, 1, s1);
+    CHECK_ERR(st_build_header(&t, 1, NULL, &b), SCK_ERR_UNSUPPORTED, "tensor \"q\" is float8_e4m3fnuz");
     t = mk_tensor("k", SCK_F32, 1, s1);
     t.ndim = 17;
     CHECK_ERR(st_build_header(&t, 1, NULL, &b), SCK_ERR_INVALID_ARG, "tensor \"k\" has ndim 17");
@@ -353,12 +358,16 @@ TEST(st_parse_rejects_hostile_headers) {
         {"{\"a\":" F32_2("[0,8]") ",\"a\":" F32_2("[8,16]") "}", 16, SCK_ERR_FORMAT,
          "JSON: duplicate key \"a\" at byte 54"},
         {"{\"__metadata__\":{},\"__metadata__\":{}}", 0, SCK_ERR_FORMAT, "duplicate key \"__metadata__\""},
-        {"{\"w8\":{\"dtype\":\"F8_E4M3\",\"shape\":[2],\"data_offsets\":[0,2]}}", 2, SCK_ERR_UNSUPPORTED,
-         "m.st: tensor \"w8\" has dtype F8_E4M3, which is not supported"},
-        {"{\"u\":{\"dtype\":\"U32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, SCK_ERR_UNSUPPORTED,
-         "m.st: tensor \"u\" has dtype U32"},
-        {"{\"c\":{\"dtype\":\"C64\",\"shape\":[1],\"data_offsets\":[0,8]}}", 8, SCK_ERR_UNSUPPORTED,
-         "m.st: tensor \"c\" has dtype C64"},
+        {"{\"w4\":{\"dtype\":\"F4\",\"shape\":[2],\"data_offsets\":[0,1]}}", 1, SCK_ERR_UNSUPPORTED,
+         "m.st: tensor \"w4\" has dtype F4, which is not supported"},
+        {"{\"w6\":{\"dtype\":\"F6_E2M3\",\"shape\":[4],\"data_offsets\":[0,3]}}", 3, SCK_ERR_UNSUPPORTED,
+         "m.st: tensor \"w6\" has dtype F6_E2M3"},
+        {"{\"c\":{\"dtype\":\"C128\",\"shape\":[1],\"data_offsets\":[0,16]}}", 16, SCK_ERR_FORMAT,
+         "m.st: tensor \"c\" has unknown dtype \"C128\""},
+        {"{\"f\":{\"dtype\":\"float8_e4m3fn\",\"shape\":[1],\"data_offsets\":[0,1]}}", 1, SCK_ERR_FORMAT,
+         "m.st: tensor \"f\" has unknown dtype \"float8_e4m3fn\""},
+        {"{\"u\":{\"dtype\":\"U32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, SCK_ERR_FORMAT,
+         "m.st: tensor \"u\": shape and dtype U32 need 8 bytes but data_offsets [0, 4] hold 4"},
         {"{\"a\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, SCK_ERR_FORMAT,
          "m.st: tensor \"a\" has unknown dtype \"F33\""},
         {"{\"a\":{\"dtype\":\"float32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, SCK_ERR_FORMAT,

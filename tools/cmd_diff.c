@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cli.h"
+#include "elem_value.h"
 #include "util.h"
 #include "progress.h"
 
@@ -35,63 +36,39 @@ typedef struct diffstat {
     uint64_t ndiff, nnan;
 } diffstat;
 
-static double half_to_double(uint16_t h) {
-    int e = (h >> 10) & 31, m = h & 1023;
-    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m + 1024, e - 25);
-    return h & 0x8000 ? -v : v;
-}
-
-static double bf16_to_double(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
-static double float_at(sck_dtype dt, const uint8_t *p) {
-    uint16_t h;
-    float f;
-    double d;
-    switch (dt) {
-    case SCK_F32: memcpy(&f, p, 4); return f;
-    case SCK_F64: memcpy(&d, p, 8); return d;
-    case SCK_F16: memcpy(&h, p, 2); return half_to_double(h);
-    default: memcpy(&h, p, 2); return bf16_to_double(h);
+/* Element i of a and b differ by *d (NaN == NaN; a NaN against a number counts in nnan, returns 0). */
+static int elem_diff(sck_dtype dt, elem_class c, const uint8_t *a, const uint8_t *b, double *d, diffstat *s) {
+    if (c == ELEM_FLOAT || c == ELEM_COMPLEX) {
+        *d = 0;
+        for (int k = 0; k < (c == ELEM_COMPLEX ? 2 : 1); k++) {
+            double x = elem_float(dt, a, k), y = elem_float(dt, b, k);
+            if (isnan(x) || isnan(y)) {
+                if (isnan(x) && isnan(y)) continue;
+                s->nnan++;
+                return 0;
+            }
+            double dk = x == y ? 0 : fabs(x - y);
+            if (dk > *d) *d = dk;
+        }
+    } else if (c == ELEM_SIGNED) {
+        int64_t x = elem_signed(dt, a), y = elem_signed(dt, b);
+        *d = (double)(x > y ? (uint64_t)x - (uint64_t)y : (uint64_t)y - (uint64_t)x); /* exact, then rounded once */
+    } else {
+        uint64_t x = elem_unsigned(dt, a), y = elem_unsigned(dt, b);
+        *d = (double)(x > y ? x - y : y - x);
     }
-}
-
-static int64_t int_at(sck_dtype dt, const uint8_t *p) {
-    int16_t s;
-    int32_t i;
-    int64_t l;
-    switch (dt) {
-    case SCK_I8: return (int8_t)p[0];
-    case SCK_I16: memcpy(&s, p, 2); return s;
-    case SCK_I32: memcpy(&i, p, 4); return i;
-    case SCK_I64: memcpy(&l, p, 8); return l;
-    case SCK_BOOL: return p[0] != 0;
-    default: return p[0];
-    }
+    return 1;
 }
 
 static void compare_block(sck_dtype dt, const uint8_t *a, const uint8_t *b, uint64_t n, double atol, diffstat *s) {
     size_t el = sck_dtype_size(dt);
-    int is_float = dt == SCK_F32 || dt == SCK_F64 || dt == SCK_F16 || dt == SCK_BF16;
+    elem_class c = elem_class_of(dt);
     for (uint64_t i = 0; i < n; i++, a += el, b += el) {
         if (!memcmp(a, b, el)) continue;
         double d;
-        if (is_float) {
-            double x = float_at(dt, a), y = float_at(dt, b);
-            if (isnan(x) || isnan(y)) {
-                if (isnan(x) && isnan(y)) continue;
-                s->nnan++;
-                s->ndiff++;
-                continue;
-            }
-            d = x == y ? 0 : fabs(x - y);
-        } else {
-            int64_t x = int_at(dt, a), y = int_at(dt, b);
-            d = (double)(x > y ? (uint64_t)x - (uint64_t)y : (uint64_t)y - (uint64_t)x); /* exact, then rounded once */
+        if (!elem_diff(dt, c, a, b, &d, s)) {
+            s->ndiff++;
+            continue;
         }
         if (d > s->max_abs) s->max_abs = d;
         if (d > atol) s->ndiff++;

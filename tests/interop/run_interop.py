@@ -52,6 +52,21 @@ def run(cmd, what=None):
     return out
 
 
+def run_fail(cmd):
+    """Run a command that must fail (exit 1 or 2, not a crash); return its output."""
+    shown = " ".join(os.path.relpath(c, REPO) if c.startswith(REPO) else c for c in cmd)
+    try:
+        p = subprocess.run(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=CMD_TIMEOUT_S)
+    except subprocess.TimeoutExpired as e:
+        raise Failure(f"$ {shown}\n  timed out after {CMD_TIMEOUT_S}s\n{(e.output or b'').decode()}")
+    out = p.stdout.decode("utf-8", "replace")
+    if p.returncode not in (1, 2):
+        raise Failure(f"$ {shown}\n  exit {p.returncode}, but it should have failed with 1 or 2\n{out}")
+    if VERBOSE:
+        print(f"  $ {shown}   (fails, as it should)\n" + "".join(f"    {line}\n" for line in out.splitlines()), end="")
+    return out
+
+
 # ---------------------------------------------------------------------------------------------
 # reference data written by python (case a)
 # ---------------------------------------------------------------------------------------------

@@ -5,6 +5,10 @@ planner_data paths against the real torch 2.6 in the trixie chroot (tests/intero
   FSDPStrategy.save_checkpoint does (DCP + meta.pt); shardckpt reshards it in Fabric's layout on 3 ranks
   and on 1; Fabric's load_checkpoint (emulated) restores model, optimizer and meta.pt on 3 and 4 ranks,
   bit for bit; shardckpt's own reading (convert to safetensors) equals the full state.
+- (t) dtypes: every dtype torch 2.6's DCP saves (float8 x4, uint16/32/64, complex32/64/128 ...), in
+  little- and big-endian items: inspect names each with its byte size, shardckpt reshards it on 3 ranks
+  and torch loads that bit for bit; the safetensors subset converts to a file safetensors' own reader
+  reads bit for bit, and a dtype safetensors cannot name or shardckpt does not know is refused by name.
 - (t) planner_data: torch's dcp_to_torch_save of a shardckpt re-save of a Module + Adam state
   (get_state_dict) gives the same nested dict as of torch's own save.
 A missing chroot is a failure, never a skip.
@@ -62,6 +66,43 @@ def fabric(ri, w):
     return out
 
 
+T26_SIZES = {"float32": 4, "float64": 8, "float16": 2, "bfloat16": 2, "int8": 1, "int16": 2, "int32": 4, "int64": 8,
+             "uint8": 1, "bool": 1, "complex64": 8, "complex128": 16, "complex32": 4, "uint16": 2, "uint32": 4,
+             "uint64": 8, "float8_e4m3fn": 1, "float8_e4m3fnuz": 1, "float8_e5m2": 1, "float8_e5m2fnuz": 1}
+
+
+def dtypes(ri, w):
+    import json
+    out = ""
+    for variant in ("little", "big"):
+        t, ours = os.path.join(w, f"torch-{variant}"), os.path.join(w, f"ours-{variant}")
+        out += py26(ri, "t26_dtypes.py", "save", t, *(["big"] if variant == "big" else []))
+        js = json.loads(ri.run([ri.CLI, "inspect", "--json", t]))
+        got = {e["key"]: (e.get("dtype"), e["nbytes"]) for e in js["entries"]}
+        want = {f"w.{n}": (n, 30 * s) for n, s in T26_SIZES.items()}
+        if got != want:
+            raise ri.Failure(f"inspect --json of torch 2.6's {variant}-endian dtypes: {got}\n  want {want}")
+        ri.run([ri.CLI, "verify", t])
+        ri.run([ri.CLI, "convert", t, ours, "--to", "dcp", "--ranks", "3"])
+        ri.run([ri.CLI, "diff", t, ours])
+        out += py26(ri, "t26_dtypes.py", "load", t, *(["big"] if variant == "big" else []))  # torch reads its own
+        out += py26(ri, "t26_dtypes.py", "load", ours)  # and shardckpt's resharded re-save
+    t = os.path.join(w, "torch-little")
+    msg = ri.run_fail([ri.CLI, "convert", t, os.path.join(w, "all.safetensors")])
+    if "complex" not in msg or "safetensors has no dtype for" not in msg:
+        raise ri.Failure("convert of complex128 to safetensors did not say why it refused:\n" + msg)
+    ts, st = os.path.join(w, "torch-st"), os.path.join(w, "st.safetensors")
+    out += py26(ri, "t26_dtypes.py", "save", ts, "st")
+    ri.run([ri.CLI, "convert", ts, st])
+    out += py26(ri, "t26_dtypes.py", "st", st)
+    ri.run([ri.CLI, "diff", ts, st])
+    out += py26(ri, "t26_dtypes.py", "retag", t, "w.int8", "qint8")
+    msg = ri.run_fail([ri.CLI, "inspect", t])
+    if "'w.int8'" not in msg or "torch.qint8" not in msg:
+        raise ri.Failure("a tensor of an unknown dtype was not refused at open by key and dtype:\n" + msg)
+    return out
+
+
 def planner_data(ri, w):
     t = os.path.join(w, "torch")
     out = py26(ri, "t26_paths.py", "save", t)
@@ -87,5 +128,8 @@ def add_cases(s, ri):
 
     s.case("(t) torch 2.6 Fabric FSDP sharded save (2 ranks) -> shardckpt Fabric layout on 3 and 1 -> Fabric load on 3 "
            "and 4, bit-identical; shardckpt reads it whole", in_root(fabric))
+    s.case("(t) torch 2.6 every DCP dtype (float8, uint16-64, complex32-128; little and big endian) -> inspect, "
+           "reshard on 3, torch loads bit for bit; safetensors subset via safetensors' reader; unknown dtype refused",
+           in_root(dtypes))
     s.case("(t) torch 2.6 dcp_to_torch_save: shardckpt's re-save of Module + Adam state unflattens as torch's own "
            "(planner_data paths)", in_root(planner_data))
