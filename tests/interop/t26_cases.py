@@ -9,6 +9,13 @@ planner_data paths against the real torch 2.6 in the trixie chroot (tests/intero
   little- and big-endian items: inspect names each with its byte size, shardckpt reshards it on 3 ranks
   and torch loads that bit for bit; the safetensors subset converts to a file safetensors' own reader
   reads bit for bit, and a dtype safetensors cannot name or shardckpt does not know is refused by name.
+- (t) DTensor: t26_dtensor.py saves DTensor rows (Shard(0)), columns (Shard(1)), a replicated tensor, nested
+  optimizer state and Python values on 1, 3 and 4 ranks; shardckpt reshards each on 2, 4 and 1 and torch
+  loads those on 4, 2 and 3 ranks, rows and columns swapped for two of them; shardckpt's whole view of
+  each equals the full tensors.
+- (t) resume: a Module + Adam FSDP-trained 3 steps on 2 ranks, saved with get_state_dict; shardckpt
+  reshards it on 3 ranks; torch restores it with set_state_dict on 2 ranks (FSDP) and on 1 (plain), trains
+  2 more steps, and has the uninterrupted run's parameters and Adam moments bit for bit.
 - (t) planner_data: torch's dcp_to_torch_save of a shardckpt re-save of a Module + Adam state
   (get_state_dict) gives the same nested dict as of torch's own save.
 A missing chroot is a failure, never a skip.
@@ -34,7 +41,9 @@ def py26(ri, script, *args):
         raise ri.Failure(f"torch 2.6 chroot not found at {TRIXIE_ROOT} (build it: sh tests/interop/torch26_root.sh)")
     d = os.path.join(TRIXIE_ROOT, "tmp", "sck-scripts")
     os.makedirs(d, exist_ok=True)
-    shutil.copyfile(os.path.join(HERE, script), os.path.join(d, script))
+    for name in os.listdir(HERE):  # the script and the t26_* modules it imports
+        if name.startswith("t26_") and name.endswith(".py"):
+            shutil.copyfile(os.path.join(HERE, name), os.path.join(d, name))
     args = [inside(a) if a.startswith(TRIXIE_ROOT + "/") else a for a in args]
     cmd = ["chroot", TRIXIE_ROOT, "env", "-i", "PATH=/usr/bin:/bin", "HOME=/root", "USE_LIBUV=0", "PYTHONWARNINGS=ignore",
            "python3", f"/tmp/sck-scripts/{script}"] + args
@@ -103,6 +112,29 @@ def dtypes(ri, w):
     return out
 
 
+def dtensor(ri, w):
+    out = ""
+    for n_save, n_ours, n_load, how in ((1, 2, 4, "swap"), (3, 4, 2, "same"), (4, 1, 3, "swap")):
+        t, ours, flat = (os.path.join(w, f"{x}{n_save}") for x in ("torch", "ours", "flat"))
+        out += py26(ri, "t26_dtensor.py", "save", t, str(n_save))
+        ri.run([ri.CLI, "verify", t])
+        ri.run([ri.CLI, "convert", t, ours, "--to", "dcp", "--ranks", str(n_ours)])
+        ri.run([ri.CLI, "diff", t, ours])
+        out += py26(ri, "t26_dtensor.py", "load", ours, str(n_load), how)
+        ri.run([ri.CLI, "convert", t, flat + ".safetensors"])
+        out += py26(ri, "t26_dtensor.py", "flat", flat + ".safetensors")
+    return out
+
+
+def resume(ri, w):
+    t, ours = os.path.join(w, "torch"), os.path.join(w, "ours")
+    out = py26(ri, "t26_dtensor.py", "train-save", t, "2")
+    ri.run([ri.CLI, "convert", t, ours, "--to", "dcp", "--ranks", "3"])
+    for n in ("2", "1"):
+        out += py26(ri, "t26_dtensor.py", "resume", ours, n, t + ".want.pt")
+    return out
+
+
 def planner_data(ri, w):
     t = os.path.join(w, "torch")
     out = py26(ri, "t26_paths.py", "save", t)
@@ -131,5 +163,10 @@ def add_cases(s, ri):
     s.case("(t) torch 2.6 every DCP dtype (float8, uint16-64, complex32-128; little and big endian) -> inspect, "
            "reshard on 3, torch loads bit for bit; safetensors subset via safetensors' reader; unknown dtype refused",
            in_root(dtypes))
+    s.case("(t) torch 2.6 DTensor Shard(0)/Shard(1)/Replicate + nested optimizer state + values saved on 1, 3, 4 "
+           "ranks -> shardckpt reshards on 2, 4, 1 -> torch loads on 4, 2, 3 (placements swapped), bit-identical",
+           in_root(dtensor))
+    s.case("(t) torch 2.6 get_state_dict of FSDP Module + Adam (2 ranks) -> shardckpt reshard (3) -> set_state_dict on "
+           "2 and 1 ranks, 2 more steps equal the uninterrupted run bit for bit", in_root(resume))
     s.case("(t) torch 2.6 dcp_to_torch_save: shardckpt's re-save of Module + Adam state unflattens as torch's own "
            "(planner_data paths)", in_root(planner_data))

@@ -16,10 +16,8 @@ loaded with dcp.load, the optimizer with load_sharded_optimizer_state_dict (whic
 meta.pt with torch.load (weights_only by default in torch 2.6).
 """
 import os
-import subprocess
 import sys
 
-TIMEOUT_S = 240
 META = {"step": 2, "epoch": 1, "hparams": {"lr": 0.01, "name": "tiny", "layers": [4, 6, 2]}, "rng": b"\x00\x01seed"}
 
 
@@ -214,35 +212,6 @@ def flat_main(st_path, expected):
     return 1 if problems else 0
 
 
-def launch(mode, path, expected, n):
-    """n rank processes of this script, each with a timeout (a failed rank leaves gloo peers waiting)."""
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    procs = []
-    for r in range(n):
-        env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(r), WORLD_SIZE=str(n),
-                   SCK_T26_RANK="1", PYTHONWARNINGS="ignore")
-        procs.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), mode, path, expected, str(n)], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
-    rc = 0
-    for r, p in enumerate(procs):
-        try:
-            out, _ = p.communicate(timeout=TIMEOUT_S)
-        except subprocess.TimeoutExpired:
-            for q in procs:
-                q.kill()
-            out, _ = p.communicate()
-            print(f"rank {r}: timed out after {TIMEOUT_S}s")
-            rc = 1
-        text = out.decode("utf-8", "replace")
-        lines = [ln for ln in text.splitlines() if ln.startswith("rank ") or "Error" in ln or "error" in ln]
-        print("\n".join(lines) if p.returncode == 0 else text)
-        rc = rc or p.returncode
-    return rc
-
-
 def main():
     a = sys.argv[1:]
     if len(a) == 3 and a[0] == "flat":
@@ -252,7 +221,8 @@ def main():
         return 2
     if os.environ.get("SCK_T26_RANK"):
         return rank_main(a[0], a[1], a[2])
-    return launch(a[0], a[1], a[2], int(a[3]))
+    from t26_ranks import launch
+    return launch(__file__, a, int(a[3]))
 
 
 if __name__ == "__main__":
