@@ -10,14 +10,14 @@ CPPFLAGS_ALL := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS_ALL   := -std=c11 $(OPT) $(WARN) -fPIC $(CFLAGS)
 LDLIBS_ALL   := -lisal -lpthread -lm
 
-# The core library: everything in src/ except optional backends (MPI has its own library).
-LIB_SRC := $(filter-out src/comm_mpi.c,$(wildcard src/*.c))
-LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/%.o)
+# The core library: everything in src/<layer>/ (docs/DESIGN.md) except optional backends (MPI has its own library).
+LIB_SRC := $(filter-out src/comm/comm_mpi.c,$(wildcard src/*/*.c))
+LIB_OBJ := $(LIB_SRC:src/%.c=$(BUILD)/obj/lib/%.o)
 CLI_SRC := $(wildcard tools/*.c)
 CLI_OBJ := $(CLI_SRC:tools/%.c=$(BUILD)/obj/tools/%.o)
 TEST_SRC := $(wildcard tests/*.c)
 TEST_OBJ := $(TEST_SRC:tests/%.c=$(BUILD)/obj/tests/%.o)
-HDRS := $(wildcard include/*.h src/*.h tests/*.h tools/*.h)
+HDRS := $(wildcard include/*.h src/*/*.h tests/*.h tools/*.h)
 
 .PHONY: all lib cli tests test test-c test-asan test-interop demo clean fuzz fuzz-smoke
 
@@ -27,7 +27,7 @@ lib: $(BUILD)/libshardckpt.a $(BUILD)/libshardckpt.so
 cli: $(BUILD)/bin/shardckpt
 tests: $(BUILD)/tests/run_tests
 
-$(BUILD)/obj/%.o: src/%.c $(HDRS)
+$(BUILD)/obj/lib/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
 
@@ -58,7 +58,7 @@ $(BUILD)/examples/%: examples/%.c $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
 
-# MPI (optional, built when the compiler wrapper exists): libshardckpt_mpi from src/comm_mpi.c, the MPI build of
+# MPI (optional, built when the compiler wrapper exists): libshardckpt_mpi from src/comm/comm_mpi.c, the MPI build of
 # examples/fsdp_train and the MPI tests.  `make MPICC=mpicc.mpich ...` builds against MPICH instead of the
 # default (Open MPI on Debian).  The wrapper compiles with $(CC): Open MPI reads OMPI_CC, MPICH reads MPICH_CC.
 MPICC    ?= mpicc
@@ -76,7 +76,7 @@ mpi:
 	@echo "no $(MPICC): the MPI backend is not built (apt-get install openmpi-bin libopenmpi-dev)"
 endif
 
-$(BUILD)/obj/mpi/comm_mpi.o: src/comm_mpi.c $(HDRS)
+$(BUILD)/obj/mpi/comm_mpi.o: src/comm/comm_mpi.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
 

@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dcp_meta.h"
-#include "meta_wire.h"
+#include "format/dcp_meta.h"
+#include "format/meta_wire.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,7 +3,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "pickle.h"
+#include "format/pickle.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

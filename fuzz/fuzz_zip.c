@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "zip.h"
+#include "format/zip.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -9,9 +9,9 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "dcp_meta.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
-#include "util.h"
+#include "base/util.h"
 
 #define W_ROWS 12
 #define W_COLS 10

@@ -11,8 +11,8 @@
 
 #include "ckpt_fixture.h"
 #include "harness.h"
-#include "io_hook.h"
-#include "zip.h"
+#include "io/io_hook.h"
+#include "format/zip.h"
 
 #define RANKS 3
 #define ROWS 96               /* 32 rows a rank */

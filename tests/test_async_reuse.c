@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "harness.h"
 
 #define R 3

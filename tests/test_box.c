@@ -2,7 +2,7 @@
  * element-by-element reference, and exact-cover checks (tilings, holes, overlaps, scale). */
 #include <stdlib.h>
 
-#include "box.h"
+#include "base/box.h"
 #include "harness.h"
 
 /* ---- helpers -------------------------------------------------------------------------------- */

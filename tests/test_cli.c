@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "util.h"
+#include "base/util.h"
 
 static const char *cli_bin(void) {
     static char bin[PATH_MAX + 32];

@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "copy_par.h"
+#include "io/copy_par.h"
 #include "harness.h"
 
 static void check_split(const size_t *sizes, size_t n, int threads) {

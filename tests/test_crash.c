@@ -16,7 +16,7 @@
 
 #include "ckpt_fixture.h"
 #include "harness.h"
-#include "io_hook.h"
+#include "io/io_hook.h"
 
 #define RANKS 2
 

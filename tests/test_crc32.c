@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "zip.h"
+#include "format/zip.h"
 
 /* Reflected CRC-32, polynomial 0xEDB88320, one bit at a time: slow but obviously right. */
 static uint32_t crc_ref(uint32_t crc, const uint8_t *p, size_t n) {

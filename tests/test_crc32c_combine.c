@@ -2,7 +2,7 @@
  * into two and many parts (empty parts included), and lengths past 4 GiB through the matrix only. */
 #include <stdlib.h>
 
-#include "crc32c.h"
+#include "base/crc32c.h"
 #include "harness.h"
 
 TEST(crc32c_combine_matches_whole_buffer_over_random_splits) {

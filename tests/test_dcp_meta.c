@@ -2,9 +2,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "dcp_meta.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
-#include "pickle.h"
+#include "format/pickle.h"
 
 static void build_model(ck_meta *m, size_t nkeys) {
     memset(m, 0, sizeof *m);

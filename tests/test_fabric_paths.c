@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "ckpt_fixture.h"
-#include "torch_item.h"
+#include "format/torch_item.h"
 #include "harness.h"
 
 #define ROWS 6

@@ -10,13 +10,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "box.h"
+#include "base/box.h"
 #include "ckpt_fixture.h"
 #include "harness.h"
-#include "io_hook.h"
-#include "safetensors.h"
-#include "save_full.h"
-#include "st_out.h"
+#include "io/io_hook.h"
+#include "format/safetensors.h"
+#include "save/save_full.h"
+#include "format/st_out.h"
 
 #define FT 8
 

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "ckpt_fixture.h"
-#include "dcp_meta.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 /* dir/.metadata := the given pickle bytes (dir created). */
 static void put_metadata(const char *dir, const void *p, size_t n) {

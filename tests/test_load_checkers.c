@@ -11,7 +11,7 @@
 
 #include "ckpt_fixture.h"
 #include "harness.h"
-#include "load_checks.h"
+#include "load/load_checks.h"
 
 #define WR 1920               /* w: [1920, 1024] f32, saved as 2 row blocks of 960 rows (3.75 MiB) */
 #define WC 1024

@@ -8,12 +8,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "ckpt.h"
+#include "load/ckpt.h"
 #include "ckpt_fixture.h"
-#include "dcp_meta.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
-#include "meta_side.h"
-#include "meta_wire.h"
+#include "format/meta_side.h"
+#include "format/meta_wire.h"
 
 static int pickle_model(const char *dir, ck_meta *m) {
     char p[4200];

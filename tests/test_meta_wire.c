@@ -4,9 +4,9 @@
 #include <string.h>
 
 #include "ckpt_fixture.h"
-#include "dcp_meta.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
-#include "meta_wire.h"
+#include "format/meta_wire.h"
 
 static ck_chunk chunk(uint32_t file, uint64_t offset, uint64_t length) {
     ck_chunk c;

@@ -17,7 +17,7 @@
  * protocol 4 removed; every array was checked with pickletools.dis.  Hand-built ones (globals) were
  * also checked by loading them in Python. */
 #include "harness.h"
-#include "pickle.h"
+#include "format/pickle.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -4,7 +4,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "plan.h"
+#include "core/plan.h"
 
 /* ---- the reference: every rank's entries sorted by (key, rank), merged key by key ---- */
 

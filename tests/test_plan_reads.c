@@ -6,7 +6,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "ckpt.h"
+#include "load/ckpt.h"
 #include "ckpt_fixture.h"
 #include "harness.h"
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "rcache.h"
+#include "io/rcache.h"
 
 #define FBYTES ((size_t)(9u << 20) + 123)
 

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "crc32c.h"
-#include "rpipe.h"
+#include "base/crc32c.h"
+#include "io/rpipe.h"
 
 #define FILE_BYTES ((size_t)(13u << 20) + 777)
 

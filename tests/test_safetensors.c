@@ -3,7 +3,7 @@
 #include <stdlib.h>
 
 #include "harness.h"
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 /* ---- golden file ----
  * Generated with numpy and this writer, which follows the spec (and matches the Rust crate's

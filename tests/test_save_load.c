@@ -4,7 +4,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "box.h"
+#include "base/box.h"
 #include "harness.h"
 
 #define NT 7

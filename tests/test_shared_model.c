@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ckpt.h"
+#include "load/ckpt.h"
 #include "ckpt_fixture.h"
 #include "harness.h"
 

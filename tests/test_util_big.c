@@ -4,9 +4,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 #include "harness.h"
-#include "util.h"
+#include "base/util.h"
 
 /* Sizes around the mapping threshold (256 KiB) and the 2 MiB page, grown and shrunk through
  * sck_big_realloc: what was written stays, whichever way the block is held. */

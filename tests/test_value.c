@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include "harness.h"
-#include "json.h"
-#include "torch_item.h"
+#include "base/json.h"
+#include "format/torch_item.h"
 
 /* Parses `text` (strlen) and returns the value, or NULL with a failed check. */
 static sck_value *parse_ok(const char *text) {

@@ -7,9 +7,9 @@
 #include <unistd.h>
 
 #include "ckpt_fixture.h"
-#include "ckpt.h"
-#include "crc32c.h"
-#include "dcp_meta.h"
+#include "load/ckpt.h"
+#include "base/crc32c.h"
+#include "format/dcp_meta.h"
 #include "harness.h"
 
 TEST(crc32c_known_answers_and_chaining) {

@@ -14,8 +14,8 @@
 
 #include "ckpt_fixture.h"
 #include "harness.h"
-#include "io_hook.h"
-#include "wstream.h"
+#include "io/io_hook.h"
+#include "io/wstream.h"
 
 static uint8_t *read_all(const char *path, size_t *n) {
     uint8_t *d = NULL;

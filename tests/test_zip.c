@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "torch_item.h"
-#include "zip.h"
+#include "format/torch_item.h"
+#include "format/zip.h"
 
 /* torch 1.13.1: torch.save(torch.arange(6.).reshape(2,3), io.BytesIO()) */
 static const uint8_t torch_zip[747] = {

@@ -6,10 +6,10 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "box.h"
+#include "base/box.h"
 #include "cli.h"
-#include "torch_item.h"
-#include "safetensors.h"
+#include "format/torch_item.h"
+#include "format/safetensors.h"
 
 int cli_fail(void) {
     fprintf(stderr, "shardckpt: error: %s\n", sck_last_error());

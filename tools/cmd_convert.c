@@ -11,10 +11,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "box.h"
+#include "base/box.h"
 #include "cli.h"
 #include "progress.h"
-#include "st_out.h"
+#include "format/st_out.h"
 
 #define STREAM_BLOCK (64u << 20)
 #define LOAD_BATCH (256u << 20)   /* tensor bytes per sck_load call in the ranks engine */

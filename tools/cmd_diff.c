@@ -7,7 +7,7 @@
 
 #include "cli.h"
 #include "elem_value.h"
-#include "util.h"
+#include "base/util.h"
 #include "progress.h"
 
 #define BLOCK_BYTES (16u << 20)

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "cli.h"
-#include "json.h"
+#include "base/json.h"
 
 static const char *const USAGE =
     "usage: shardckpt inspect PATH [--json | --flat] [--depth N]\n"

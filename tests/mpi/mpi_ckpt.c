@@ -20,7 +20,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "comm.h"
+#include "comm/comm.h"
 
 static int g_rank, g_size, g_pass, g_fail;
 

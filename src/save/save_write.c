@@ -1,0 +1,307 @@
+/* save_write.c - this rank's items of a save: encoded up front (and, for an async save, their tensor
+ * data copied into the snapshot), then written as torch.save archives through the background writer
+ * (src/wstream.c).  Tensor payloads are written straight from the caller's buffers (or the snapshot):
+ * the only copies are of headers and small pieces. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+
+#include "io/copy_par.h"
+#include "base/crc32c.h"
+#include "save/save_job.h"
+#include "format/torch_item.h"
+#include "io/wstream.h"
+#include "format/zip.h"
+
+#define ITEM_ALIGN 64   /* torch.save's record alignment */
+/* Payloads this large start on a 4 KiB boundary in the file (O_DIRECT reads and writes, mmap); the
+ * padding costs at most 1.6% of such a payload. */
+#define PAGE_ALIGN_MIN WS_REF_MIN
+/* Payloads this large start on a 32 KiB boundary (again at most 1.6% of padding): disks need not work
+ * in 4 KiB blocks.  On a virtio disk (docs/PERFORMANCE.md) 16 MiB O_DIRECT writes at file offsets 4 KiB
+ * off a 64 KiB boundary took 10% longer than aligned ones, fsync included, and reads 12% longer; at
+ * 32 KiB off, 1 to 3%.  32 KiB is the most a zip extra field's padding can always reach. */
+#define BLOCK_ALIGN_MIN ((uint64_t)2 << 20)
+#define BLOCK_ALIGN (32u << 10)
+
+static uint32_t payload_align(uint64_t plen) {
+    return plen >= BLOCK_ALIGN_MIN ? BLOCK_ALIGN : plen >= PAGE_ALIGN_MIN ? WS_ALIGN : ITEM_ALIGN;
+}
+
+void save_free_items(save_job *j) {
+    sck_buf_free(&j->pkls);
+    free(j->src);
+    j->src = NULL;
+    free(j->recs);
+    j->recs = NULL;
+}
+
+/* Grows the snapshot to hold n bytes.  Huge pages: first-touch faults are most of a fresh buffer's cost. */
+static int snapshot_reserve(save_snapshot *s, size_t n) {
+    if (s->cap >= n) return SCK_OK;
+    if (s->mem) munmap(s->mem, s->cap);
+    s->mem = NULL;
+    s->cap = 0;
+    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return sck_err(SCK_ERR_NOMEM, "out of memory for a %zu-byte snapshot of the state", n);
+    madvise(m, n, MADV_HUGEPAGE); /* advice only */
+    s->mem = m;
+    s->cap = n;
+    return SCK_OK;
+}
+
+/* Bytes of a piece of entry e. */
+static uint64_t piece_bytes(const st_entry *e, const st_piece *pc) { return box_numel(&pc->box) * sck_dtype_size(e->dtype); }
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+/* 1 if a and b would give the same local plan (everything plan_encode_local sends). */
+static int same_structure(const st_entry *a, const st_entry *b) {
+    return a->kind == b->kind && a->present == b->present && a->dtype == b->dtype && a->replicated == b->replicated &&
+           state_same_boxes(a, b) && !memcmp(a->shape, b->shape, (size_t)a->ndim * sizeof(int64_t)) && !strcmp(a->key, b->key) &&
+           a->path_len == b->path_len && !!a->path == !!b->path && (!a->path || !memcmp(a->path, b->path, a->path_len));
+}
+
+/* Snapshot layout: tensor data (pieces of 256 KiB or more page-aligned, as in the file), then the
+ * entry table, the pieces, the keys and the blobs. */
+void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data, copy_layout *L) {
+    size_t data = 0, pieces = 0, keys = 0, blobs = 0;
+    int same = old && old->n == st->n;
+    for (size_t i = 0; i < st->n; i++) {
+        const st_entry *e = &st->e[i];
+        if (same && !same_structure(e, &old->e[i])) same = 0;
+        keys += strlen(e->key) + 1 + (e->path ? e->path_len : 0); /* a path lies after its key */
+        pieces += e->npieces;
+        if (e->kind == ENT_BLOB && e->present) blobs += e->blob_n;
+        for (size_t k = 0; copy_data && e->kind == ENT_TENSOR && k < e->npieces; k++) {
+            uint64_t nb = piece_bytes(e, &e->pieces[k]);
+            data = align_up(data, payload_align(nb)) + nb;
+        }
+    }
+    L->entries = align_up(data, 64);
+    L->pieces = align_up(L->entries + st->n * sizeof(st_entry), 64);
+    L->keys = L->pieces + pieces * sizeof(st_piece);
+    L->blobs = L->keys + keys;
+    L->total = L->blobs + blobs;
+    L->same = same;
+}
+
+int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, int unchanged, save_keep *keep) {
+    save_snapshot *snap = &keep->snap;
+    /* L is the copy's layout, so the snapshot that holds the copy is large enough; checked anyway. */
+    if (unchanged && snap->cap >= L->total && keep->copy->e == (st_entry *)(void *)(snap->mem + L->entries)) {
+        /* Entries, pieces, keys, blobs and values are still what they were: blobs and values change
+         * only with a new stamp (sck_state_add_blob copies; a load replaces them). */
+        copy_parallel(keep->copy_ops, keep->copy_nops, threads);
+        return SCK_OK;
+    }
+    sck_state_free(keep->copy); /* its structure is about to be overwritten */
+    keep->copy = NULL;
+    keep->copy_stamp = 0;
+    free(keep->copy_ops);
+    keep->copy_ops = NULL;
+    keep->copy_nops = 0;
+    int rc = snapshot_reserve(snap, L->total ? L->total : 1);
+    sck_state *c = rc ? NULL : calloc(1, sizeof *c);
+    if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
+    if (rc) return rc;
+    /* The tensor bytes are copied after the structure, split over `threads` (copy_parallel); the
+     * list of copies is kept for the next save of the same state.  Without memory for it, each piece
+     * is copied where it comes. */
+    size_t npieces = 0, nops = 0;
+    for (size_t i = 0; copy_data && i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
+    copy_op *ops = npieces ? malloc(npieces * sizeof *ops) : NULL;
+    uint8_t *m = snap->mem;
+    st_entry *ce = (st_entry *)(void *)(m + L->entries);
+    st_piece *cp = (st_piece *)(void *)(m + L->pieces);
+    char *ck = (char *)m + L->keys;
+    uint8_t *cb = m + L->blobs;
+    size_t off = 0;
+    c->flat = 1;
+    c->e = ce;
+    c->cap = st->n;
+    /* One pass: each entry, its pieces (their tensor bytes placed in state order) and its key. */
+    for (size_t i = 0; i < st->n && !rc; i++) {
+        const st_entry *e = &st->e[i];
+        st_entry *d = &ce[i];
+        *d = *e;
+        d->value = NULL;
+        d->blob = NULL;
+        c->n = i + 1;
+        size_t kl = strlen(e->key) + 1;
+        memcpy(ck, e->key, kl);
+        d->key = ck;
+        ck += kl;
+        if (e->path) {
+            memcpy(ck, e->path, e->path_len);
+            d->path = (uint8_t *)ck;
+            ck += e->path_len;
+        }
+        d->pieces = cp;
+        d->cap = e->npieces;
+        for (size_t k = 0; k < e->npieces; k++) {
+            cp[k] = e->pieces[k];
+            if (!copy_data || e->kind != ENT_TENSOR) continue;
+            uint64_t nb = piece_bytes(e, &e->pieces[k]);
+            off = align_up(off, payload_align(nb));
+            if (ops) ops[nops++] = (copy_op){m + off, e->pieces[k].data, (size_t)nb};
+            else if (nb) memcpy(m + off, e->pieces[k].data, nb);
+            cp[k].data = m + off;
+            off += nb;
+        }
+        cp += e->npieces;
+        if (e->kind == ENT_BLOB && e->present) {
+            if (e->blob_n) memcpy(cb, e->blob, e->blob_n);
+            d->blob = cb;
+            cb += e->blob_n;
+        }
+        if (e->kind == ENT_VALUE && e->present && !(d->value = sck_value_clone(e->value)))
+            rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key);
+    }
+    if (!rc && ops) copy_parallel(ops, nops, threads);
+    if (rc) {
+        free(ops);
+        sck_state_free(c);
+        return rc;
+    }
+    keep->copy = c;
+    /* Without the list (out of memory) the next save copies everything again. */
+    keep->copy_stamp = ops || !npieces ? st->stamp : 0;
+    keep->copy_layout = *L;
+    keep->copy_data = copy_data;
+    keep->copy_ops = ops;
+    keep->copy_nops = nops;
+    return SCK_OK;
+}
+
+int save_prepare_items(save_job *j, const sck_state *st) {
+    const save_plan *p = &j->plan;
+    size_t n = p->nitems[j->rank];
+    j->src = calloc(n ? n : 1, sizeof *j->src);
+    j->recs = calloc(SAVE_REC * n + 1, sizeof *j->recs);
+    if (!j->src || !j->recs) return sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    int rc = SCK_OK;
+    /* Shards of a model are mostly alike: a tensor item with the dtype and sizes of the tensor item
+     * before has the same data.pkl, kept once. */
+    const st_entry *last = NULL;
+    const sck_box *last_box = NULL;
+    size_t last_off = 0, last_len = 0;
+    uint32_t last_crc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        const plan_item *it = &p->items[j->rank][i];
+        /* The state the plan was encoded from (or its copy, entry for entry): no lookups by key. */
+        const st_entry *se = it->local_entry < st->n ? &st->e[it->local_entry] : NULL;
+        save_src *s = &j->src[i];
+        if (!se) return sck_err(SCK_ERR_INVALID_ARG, "item %zu: missing from the local state", i);
+        size_t at = j->pkls.len;
+        if (se->kind == ENT_TENSOR) {
+            if (it->local_piece >= se->npieces) return sck_err(SCK_ERR_INVALID_ARG, "'%s': piece %zu missing from the local state", se->key, it->local_piece);
+            const st_piece *pc = &se->pieces[it->local_piece];
+            s->payload = pc->data;
+            s->plen = box_numel(&pc->box) * sck_dtype_size(se->dtype);
+            if (last && last->dtype == se->dtype && last->ndim == se->ndim &&
+                !memcmp(last_box->size, pc->box.size, (size_t)se->ndim * sizeof(int64_t))) {
+                s->pkl_off = last_off, s->pkl_len = last_len, s->pkl_crc = last_crc;
+                continue;
+            }
+            rc = ti_encode_tensor_pkl(&j->pkls, se->dtype, se->ndim, pc->box.size);
+            if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
+            last = se, last_box = &pc->box, last_off = at, last_len = j->pkls.len - at;
+        } else if (se->kind == ENT_BLOB) {
+            /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
+            sck_value *b = sck_value_bytes(se->blob, se->blob_n);
+            rc = b ? ti_encode_value_pkl(&j->pkls, b) : sck_err(SCK_ERR_NOMEM, "'%s': out of memory", se->key);
+            sck_value_free(b);
+        } else {
+            rc = ti_encode_value_pkl(&j->pkls, se->value);
+        }
+        s->pkl_off = at;
+        s->pkl_len = j->pkls.len - at;
+        s->pkl_crc = rc ? 0 : sck_crc32(0, j->pkls.data + at, s->pkl_len);
+        if (se->kind == ENT_TENSOR) last_crc = s->pkl_crc;
+    }
+    return rc;
+}
+
+/* The alignment padding before a large payload, as constant memory: its page-aligned part goes to
+ * the writer by reference (ws_append_const), not through the staging buffer, whose fresh pages each
+ * fault when first written.  On the benchmark's VM (shadow page tables) 32 KiB of padding copied per
+ * 2 MiB tensor made the faults a quarter of an 8-rank O_DIRECT save's CPU. */
+#define PAD16 ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, \
+              ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, ZIP_PAD_BYTE, \
+              ZIP_PAD_BYTE, ZIP_PAD_BYTE
+#define PAD256 PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16, PAD16
+#define PAD4K PAD256, PAD256, PAD256, PAD256, PAD256, PAD256, PAD256, PAD256, \
+              PAD256, PAD256, PAD256, PAD256, PAD256, PAD256, PAD256, PAD256
+static _Alignas(WS_ALIGN) const uint8_t zip_pad[BLOCK_ALIGN] = {PAD4K, PAD4K, PAD4K, PAD4K, PAD4K, PAD4K, PAD4K, PAD4K};
+
+/* How many bytes at the end of the n bytes at p, which end at file offset `end`, are padding that
+ * zip_pad can stand for: whole pages of it, from a page boundary of the file. */
+static uint64_t pad_tail(const uint8_t *p, uint64_t n, uint64_t end) {
+    uint64_t t = 0;
+    if (end % WS_ALIGN) return 0;
+    while (t + WS_ALIGN <= n && t + WS_ALIGN <= sizeof zip_pad && !memcmp(p + n - t - WS_ALIGN, zip_pad, WS_ALIGN)) t += WS_ALIGN;
+    return t;
+}
+
+/* Appends one torch.save archive (data.pkl and optional payload) to the stream; rec receives its
+ * offset, length, the CRC-32C of all its bytes and where in it the payload lies (0: none).  The payload goes by reference: it stays valid
+ * until the stream is closed. */
+static int write_archive(wstream *w, const char *path, const uint8_t *pkls, const save_src *s, uint64_t *rec) {
+    zip_entry ents[3];
+    size_t n;
+    uint32_t crc = s->payload ? sck_crc32(0, s->payload, s->plen) : 0;
+    sck_buf pkl = {(uint8_t *)(uintptr_t)(pkls + s->pkl_off), s->pkl_len, s->pkl_len}; /* a view */
+    ti_entries(ents, &n, &pkl, s->pkl_crc, s->payload, s->plen, crc);
+    size_t big = SIZE_MAX; /* the tensor record gets the page alignment, data.pkl and the rest torch's 64 */
+    for (size_t k = 0; k < n && s->payload; k++)
+        if (ents[k].data == s->payload) big = k;
+    zip_plan zp;
+    int rc = zip_plan_build_ex(&zp, ents, n, "archive", ws_pos(w), ITEM_ALIGN, big, payload_align(s->plen));
+    if (rc) {
+        zip_plan_free(&zp);
+        return sck_err(rc, "%s: cannot lay out an archive", path);
+    }
+    rec[0] = ws_pos(w);
+    rec[1] = zp.total;
+    uint32_t c = 0;
+    for (size_t k = 0; k < zp.nseg && !rc; k++) {
+        const zip_segment *sg = &zp.seg[k];
+        const void *p = sg->entry < 0 ? (const void *)(zp.hdr.data + sg->buf_off) : ents[sg->entry].data;
+        /* The headers before the large payload end in its padding. */
+        uint64_t tail = sg->entry < 0 && k + 1 < zp.nseg && big != SIZE_MAX && zp.seg[k + 1].entry == (int)big
+                            ? pad_tail(p, sg->len, ws_pos(w) + sg->len) : 0;
+        /* Queued first: the writer starts on it while we checksum it. */
+        rc = ws_append(w, p, sg->len - tail, sg->entry >= 0);
+        if (!rc && tail) rc = ws_append_const(w, zip_pad, tail);
+        c = sck_crc32c(c, p, sg->len);
+    }
+    rec[2] = c;
+    rec[3] = big != SIZE_MAX ? zp.payload_off[big] : 0;
+    zip_plan_free(&zp);
+    return rc;
+}
+
+int save_write_file(save_job *j) {
+    char path[4096];
+    int k = snprintf(path, sizeof path, "%s/__%d_0.distcp", j->cm.tmp, j->rank);
+    if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", j->cm.tmp);
+    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep ? &j->keep->stage : NULL};
+    wstream *w;
+    int rc = ws_open(&w, path, &o);
+    if (rc) return rc;
+    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
+    if (rc) {
+        ws_abort(w);
+        return rc;
+    }
+    if (j->rank == 0 && !ws_close_start(w)) {
+        /* While the writer finishes the file (the last writes, the fsync): .metadata but for the
+         * items' places, which come with collective 2.  Otherwise it is encoded whole at the end,
+         * while every other rank waits. */
+        j->meta_early = dcp_meta_encode_early(&j->plan.m, &j->meta) == SCK_OK;
+        if (!j->meta_early) sck_err_clear(); /* out of memory here: the end tries again */
+    }
+    return ws_close(w);
+}
