@@ -12,6 +12,7 @@
 #include "format/dcp_meta.h"
 #include "harness.h"
 #include "base/util.h"
+#include "io/storage.h"
 
 #define W_ROWS 12
 #define W_COLS 10

@@ -9,6 +9,7 @@
 
 #include "harness.h"
 #include "base/util.h"
+#include "io/storage.h"
 
 static const char *cli_bin(void) {
     static char bin[PATH_MAX + 32];

@@ -17,6 +17,7 @@
 #include "format/safetensors.h"
 #include "save/save_full.h"
 #include "format/st_out.h"
+#include "io/storage.h"
 
 #define FT 8
 

@@ -16,6 +16,7 @@
 #include "harness.h"
 #include "io/io_hook.h"
 #include "io/wstream.h"
+#include "io/storage.h"
 
 static uint8_t *read_all(const char *path, size_t *n) {
     uint8_t *d = NULL;

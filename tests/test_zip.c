@@ -9,6 +9,7 @@
 
 #include "format/torch_item.h"
 #include "format/zip.h"
+#include "io/storage.h"
 
 /* torch 1.13.1: torch.save(torch.arange(6.).reshape(2,3), io.BytesIO()) */
 static const uint8_t torch_zip[747] = {

@@ -15,6 +15,7 @@
 #include "cli.h"
 #include "progress.h"
 #include "format/st_out.h"
+#include "io/storage.h"
 
 #define STREAM_BLOCK (64u << 20)
 #define LOAD_BATCH (256u << 20)   /* tensor bytes per sck_load call in the ranks engine */

@@ -107,11 +107,6 @@ static inline int sck_add_overflow_u64(uint64_t a, uint64_t b, uint64_t *out) {
 char *sck_strdup(const char *s);
 char *sck_strndup(const char *s, size_t n);
 
-/* Whole-file helpers with errors naming the path. */
-int sck_read_file(const char *path, uint8_t **data, size_t *len);
-/* The same with *data from sck_big_alloc (free with sck_big_free): for files of megabytes read once. */
-int sck_read_file_big(const char *path, uint8_t **data, size_t *len);
-
 /* count * size zeroed bytes (NULL on overflow or out of memory) for a large table filled right away:
  * from 1 MiB on a block of sck_big_alloc's (below): a kept mapping, zeroed, or a fresh 2 MiB-aligned
  * one advised MADV_HUGEPAGE and faulted in at once, as the first touch of each 4 KiB page costs more
@@ -136,14 +131,6 @@ void sck_big_free(void *p);
  * its own, faulted in afresh on every call); stable; falls back to qsort when out of memory.
  * Already-sorted input costs one comparison an element. */
 void sck_sort(void *base, size_t n, size_t size, int (*cmp)(const void *, const void *));
-
-/* pread/pwrite that loop over short transfers; short read past EOF is SCK_ERR_FORMAT ("truncated"). */
-int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);
-int sck_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *path);
-/* preadv of n (1..IOV_MAX) iovecs at off, looping over short transfers (iov is advanced in place);
- * errors as sck_pread_full's, naming `path` and the offset reached. */
-struct iovec;
-int sck_preadv_full(int fd, struct iovec *iov, int n, uint64_t off, const char *path);
 
 /* Torch names for dtypes. */
 const char *sck_dtype_torch_name(sck_dtype dt);    /* "float32" -> used as torch.<name> */

@@ -16,6 +16,7 @@
 #include "io/fileio.h"
 #include "format/meta_pt.h"
 #include "format/meta_side.h"
+#include "io/storage.h"
 
 /* Splits a normalized path into its parent directory and last component (both malloc'ed). */
 static int split_path(const char *dir, char **parent, char **base) {
@@ -77,7 +78,7 @@ int commit_init(commit *c, const char *dir, const char *id) {
     int rc = strip_slashes(dir, &d);
     if (rc) return rc;
     struct stat sb;
-    if (lstat(d, &sb) == 0 && S_ISLNK(sb.st_mode)) {
+    if (io_lstat(d, &sb) == 0 && S_ISLNK(sb.st_mode)) {
         /* Replace what the link points to, not the link. */
         char *real = realpath(d, NULL);
         if (real) {
@@ -141,7 +142,7 @@ static int find_interrupted(const char *dir, char **from) {
 int commit_resolve(const char *dir, char **out) {
     *out = NULL;
     struct stat sb;
-    if (stat(dir, &sb) != 0 && errno == ENOENT) {
+    if (io_stat(dir, &sb) != 0 && errno == ENOENT) {
         char *d;
         if (strip_slashes(dir, &d) == SCK_OK) {
             int rc = find_interrupted(d, out);
@@ -196,7 +197,7 @@ static void remove_leftovers(const commit *c) {
 
 int commit_prepare(commit *c) {
     struct stat sb;
-    if (lstat(c->dir, &sb) != 0) {
+    if (io_lstat(c->dir, &sb) != 0) {
         if (errno != ENOENT) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat", c->dir);
         char *from = NULL;
         int rc = find_interrupted(c->dir, &from);
@@ -208,7 +209,7 @@ int commit_prepare(commit *c) {
         }
         free(from);
     }
-    if (lstat(c->dir, &sb) == 0) {
+    if (io_lstat(c->dir, &sb) == 0) {
         if (!S_ISDIR(sb.st_mode)) return sck_err(SCK_ERR_IO, "%s: exists and is not a directory", c->dir);
         int rc = check_replaceable(c->dir);
         if (rc) return rc;
@@ -238,7 +239,7 @@ int commit_publish(commit *c, int do_fsync) {
     struct stat sb;
     char *old = NULL;
     int exchanged = 0;
-    if (lstat(c->dir, &sb) != 0) {
+    if (io_lstat(c->dir, &sb) != 0) {
         /* Nothing to replace. */
         if (io_rename(c->tmp, c->dir) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", c->tmp, c->dir);
     } else if (io_exchange(c->tmp, c->dir) == 0) {

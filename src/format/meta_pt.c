@@ -9,6 +9,7 @@
 
 #include "format/torch_item.h"
 #include "format/zip.h"
+#include "io/storage.h"
 
 int meta_pt_encode(const sck_value *dict, sck_buf *out) {
     sck_buf pkl;
@@ -30,7 +31,7 @@ int meta_pt_read(const char *dir, sck_value **out) {
     char path[4200];
     snprintf(path, sizeof path, "%s/%s", dir, META_PT_NAME);
     struct stat sb;
-    if (lstat(path, &sb) != 0) {
+    if (io_lstat(path, &sb) != 0) {
         if (errno == ENOENT) return SCK_OK;
         return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat", path);
     }

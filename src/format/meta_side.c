@@ -9,6 +9,7 @@
 #include "base/crc32c.h"
 #include "io/fileio.h"
 #include "format/meta_wire.h"
+#include "io/storage.h"
 
 static const uint8_t side_magic[7] = {'S', 'C', 'K', 'S', 'I', 'D', 'E'};
 
@@ -43,7 +44,7 @@ int meta_side_write(const char *dir, const ck_meta *m, const uint8_t *meta, size
         char path[4200];
         snprintf(path, sizeof path, "%s/.metadata", dir);
         struct stat sb;
-        int known = stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == (uint64_t)meta_len;
+        int known = io_stat(path, &sb) == 0 && S_ISREG(sb.st_mode) && (uint64_t)sb.st_size == (uint64_t)meta_len;
         memcpy(b.data, side_magic, 7);
         b.data[7] = 2;
         put64(b.data + 8, (uint64_t)meta_len);
@@ -79,7 +80,7 @@ int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **
     uint8_t *d = NULL;
     size_t n = 0, head = 0;
     struct stat sb;
-    int have_st = stat(mp, &sb) == 0;
+    int have_st = io_stat(mp, &sb) == 0;
     if (sck_read_file_big(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
         if (d[7] == 1) head = SIDE_HEAD_V1;
         else if (d[7] == 2 && n >= SIDE_HEAD && sck_le32(d + 60) == sck_crc32c(0, d, 60)) head = SIDE_HEAD;

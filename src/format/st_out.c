@@ -14,6 +14,7 @@
 
 #include "io/fileio.h"
 #include "base/json.h"
+#include "io/storage.h"
 
 #define FORMAT_KEY "format"
 

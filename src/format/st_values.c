@@ -11,10 +11,11 @@
 #include "base/json.h"
 #include "format/safetensors.h"
 #include "format/st_out.h"
+#include "io/storage.h"
 
 int st_read_header_file(const char *path, st_header *out) {
     memset(out, 0, sizeof *out);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = io_open_read(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
     struct stat sb;
     uint8_t head[8], *buf = NULL;
@@ -40,7 +41,7 @@ int st_read_header_file(const char *path, st_header *out) {
     if (rc == 1) rc = sck_err(SCK_ERR_FORMAT, "%s: header incomplete", path);
 out:
     free(buf);
-    close(fd);
+    io_close_quiet(fd, path);
     return rc;
 }
 
@@ -122,7 +123,7 @@ static int add_index_values(const char *dir, sck_value *out) {
 int st_read_values(const char *path, sck_value **out) {
     *out = NULL;
     struct stat sb;
-    if (stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
+    if (io_stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
     sck_value *d = sck_value_dict();
     if (!d) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     int rc = S_ISDIR(sb.st_mode) ? add_index_values(path, d) : add_file_values(path, d);

@@ -5,6 +5,7 @@
  * the classic end record.  Reader: the central directory is the truth (as in miniz, which torch uses);
  * every local header is checked against it because the payload offset comes from the local header. */
 #include "format/zip.h"
+#include "io/storage.h"
 
 #include <limits.h>
 #include <stdlib.h>

@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "io/io_hook.h"
+#include "io/storage.h"
 
 #define STAGE_BYTES (4u << 20)   /* small pieces are batched up to this size */
 #define DIRECT_BYTES (256u << 10) /* pieces this large skip the staging copy */
@@ -42,49 +43,58 @@ static int hooked(io_kind kind, const char *path) {
 }
 
 int io_open(const char *path, int flags, mode_t mode) {
-    return hooked(IO_OPEN, path) ? -1 : open(path, flags, mode);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_OPEN, path) ? -1 : s->open(s->ctx, path, flags, mode);
 }
 
 int io_fsync(int fd, const char *path) {
-    return hooked(IO_FSYNC, path) ? -1 : fsync(fd);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_FSYNC, path) ? -1 : s->fsync(s->ctx, fd, path);
 }
 
 int io_close(int fd, const char *path) {
     if (hooked(IO_CLOSE, path)) {
         int e = errno;
-        close(fd); /* Linux releases the descriptor even when close reports an error */
+        io_close_quiet(fd, path); /* Linux releases the descriptor even when close reports an error */
         errno = e;
         return -1;
     }
-    return close(fd);
+    return io_close_quiet(fd, path);
 }
 
 int io_rename(const char *from, const char *to) {
-    return hooked(IO_RENAME, from) ? -1 : rename(from, to);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_RENAME, from) ? -1 : s->rename(s->ctx, from, to);
 }
 
 int io_exchange(const char *a, const char *b) {
-    return hooked(IO_EXCHANGE, a) ? -1 : renameat2(AT_FDCWD, a, AT_FDCWD, b, RENAME_EXCHANGE);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_EXCHANGE, a) ? -1 : s->exchange(s->ctx, a, b);
 }
 
 int io_mkdir(const char *path, mode_t mode) {
-    return hooked(IO_MKDIR, path) ? -1 : mkdir(path, mode);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_MKDIR, path) ? -1 : s->mkdir(s->ctx, path, mode);
 }
 
 int io_unlink(const char *path) {
-    return hooked(IO_UNLINK, path) ? -1 : unlink(path);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_UNLINK, path) ? -1 : s->unlink(s->ctx, path);
 }
 
 int io_setfl(int fd, int flags, const char *path) {
-    return hooked(IO_SETFL, path) ? -1 : fcntl(fd, F_SETFL, flags);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_SETFL, path) ? -1 : s->setfl(s->ctx, fd, flags, path);
 }
 
 int io_rmdir(const char *path) {
-    return hooked(IO_RMDIR, path) ? -1 : rmdir(path);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_RMDIR, path) ? -1 : s->rmdir(s->ctx, path);
 }
 
 int io_ftruncate(int fd, uint64_t size, const char *path) {
-    return hooked(IO_TRUNCATE, path) ? -1 : ftruncate(fd, (off_t)size);
+    const io_storage *s = io_storage_current();
+    return hooked(IO_TRUNCATE, path) ? -1 : s->ftruncate(s->ctx, fd, size, path);
 }
 
 /* pwrite looping over short writes (the kernel moves at most about 2 GiB a call); one hook call per
@@ -95,11 +105,12 @@ int io_pwrite_full(int fd, const void *buf, size_t n, uint64_t off, const char *
 }
 
 int io_pwritev_full(int fd, struct iovec *iov, int niov, uint64_t off, const char *path) {
+    const io_storage *s = io_storage_current();
     uint64_t n = 0;
     for (int i = 0; i < niov; i++) n += iov[i].iov_len;
     if (hooked(IO_PWRITE, path)) return sck_err_errno(SCK_ERR_IO, errno, "%s: write of %llu bytes at offset %llu failed", path, (unsigned long long)n, (unsigned long long)off);
     while (niov > 0) {
-        ssize_t w = pwritev(fd, iov, niov, (off_t)off);
+        ssize_t w = s->pwritev(s->ctx, fd, iov, niov, off, path);
         if (w < 0 && errno == EINTR) continue;
         if (w <= 0) {
             int e = w < 0 ? errno : ENOSPC;
@@ -158,7 +169,7 @@ int fw_write(fwriter *w, const void *p, uint64_t n) {
 }
 
 void fw_abort(fwriter *w) {
-    if (w->fd >= 0) close(w->fd); /* not hooked: an error path must never fail or leak */
+    if (w->fd >= 0) io_close_quiet(w->fd, w->path); /* not hooked: an error path must never fail or leak */
     w->fd = -1;
     sck_buf_free(&w->stage);
     free(w->path);
@@ -211,7 +222,7 @@ int ensure_dir(const char *dir) {
     if (io_mkdir(dir, 0755) == 0) return SCK_OK;
     int e = errno;
     struct stat sb;
-    if (e == EEXIST && stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return SCK_OK;
+    if (e == EEXIST && io_stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode)) return SCK_OK;
     if (e == EEXIST) return sck_err(SCK_ERR_IO, "%s: exists and is not a directory", dir);
     return sck_err_errno(SCK_ERR_IO, e, "%s: cannot create directory", dir);
 }

@@ -1,5 +1,6 @@
 /* rcache.c - cached windows over data files (see rcache.h). */
 #include "io/rcache.h"
+#include "io/storage.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -2,6 +2,7 @@
 #include "io/rpipe.h"
 
 #include "base/crc32c.h"
+#include "io/storage.h"
 
 #include <pthread.h>
 #include <stdio.h>

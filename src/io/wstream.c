@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "io/fileio.h"
+#include "io/storage.h"
 
 /* Buffered mode: writeback is started per window as soon as it is written, and a window is waited for
  * (then its pages dropped) once WB_AHEAD bytes after it have been started.  Small windows get the disk
@@ -406,7 +407,7 @@ static int finish(wstream *w, int hard) {
     int rc = w->status;
     if (rc) sck_err_set_raw(w->errmsg);
     if (w->fd >= 0) {
-        if (hard) close(w->fd); /* an error path must never fail again */
+        if (hard) io_close_quiet(w->fd, w->path); /* an error path must never fail again */
         else if (io_close(w->fd, w->path) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", w->path);
     }
     for (unsigned i = 0; w->bufs && i < w->nbufs; i++) {

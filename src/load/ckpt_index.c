@@ -22,6 +22,7 @@
 #include "format/meta_wire.h"
 #include "format/torch_item.h"
 #include "format/zip.h"
+#include "io/storage.h"
 
 struct ck_shared {
     ck_meta m;
@@ -46,10 +47,10 @@ void sck_ckpt_close(sck_ckpt *ck) {
     if (!ck) return;
     if (ck->files) {
         for (size_t i = 0; i < ck->m.nfiles; i++)
-            if (ck->files[i].fd >= 0) close(ck->files[i].fd);
+            if (ck->files[i].fd >= 0) io_close_quiet(ck->files[i].fd, ck->m.files[i]);
         for (size_t i = 0; i < ck->m.nfiles; i++) {
-            if (ck->files[i].dfd >= 0) close(ck->files[i].dfd);
-            if (ck->files[i].sfd >= 0) close(ck->files[i].sfd);
+            if (ck->files[i].dfd >= 0) io_close_quiet(ck->files[i].dfd, ck->m.files[i]);
+            if (ck->files[i].sfd >= 0) io_close_quiet(ck->files[i].sfd, ck->m.files[i]);
         }
     }
     free(ck->files);

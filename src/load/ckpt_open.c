@@ -21,6 +21,7 @@
 #include "format/meta_wire.h"
 #include "format/torch_item.h"
 #include "format/zip.h"
+#include "io/storage.h"
 
 static int open_path(const char *path, sck_ckpt **out);
 
@@ -38,7 +39,7 @@ int sck_ckpt_open(const char *dir, sck_ckpt **out) {
 
 static int open_path(const char *path, sck_ckpt **out) {
     struct stat sb;
-    if (stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open checkpoint", path);
+    if (io_stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open checkpoint", path);
     char mp[4096];
     if (S_ISDIR(sb.st_mode)) {
         snprintf(mp, sizeof mp, "%s/.metadata", path);

@@ -5,6 +5,8 @@
 #ifndef SCK_CKPT_READ_H
 #define SCK_CKPT_READ_H
 
+#include <sys/uio.h>
+
 #include "load/ckpt.h"
 
 #define FEW_RUNS 8                   /* a part of a small item read as this many runs or fewer is read run by run */

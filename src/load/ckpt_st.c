@@ -9,6 +9,7 @@
 
 #include "load/ckpt.h"
 #include "format/safetensors.h"
+#include "io/storage.h"
 
 /* Reads and parses the header of dir/name, adding its tensors to m. */
 static int add_st_file(ck_meta *m, const char *dir, const char *name) {
@@ -70,7 +71,7 @@ int ckpt_open_safetensors(const char *path, sck_ckpt **out) {
     ck_meta m;
     memset(&m, 0, sizeof m);
     struct stat sb;
-    if (stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
+    if (io_stat(path, &sb) != 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
     int rc;
     char dirbuf[4096];
     const char *dir;

@@ -22,6 +22,7 @@
 #include "format/meta_wire.h"
 #include "format/torch_item.h"
 #include "format/zip.h"
+#include "io/storage.h"
 
 /* Opens a data file on first use and checks it is a regular file. */
 int ck_get_file(sck_ckpt *ck, uint32_t fi, int *fd, uint64_t *size) {
@@ -30,11 +31,11 @@ int ck_get_file(sck_ckpt *ck, uint32_t fi, int *fd, uint64_t *size) {
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
         if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", ck->m.files[fi]);
-        int d = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        int d = io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
         if (d < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open data file", p);
         struct stat sb;
-        if (fstat(d, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-            close(d);
+        if (io_fstat(d, &sb, p) != 0 || !S_ISREG(sb.st_mode)) {
+            io_close_quiet(d, p);
             return sck_err(SCK_ERR_IO, "%s: not a regular file", p);
         }
         f->fd = d;
@@ -328,10 +329,10 @@ int ck_direct_fd(sck_ckpt *ck, uint32_t fi) {
         f->dfd = -2;
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
-        int d = k > 0 && (size_t)k < sizeof p ? open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT) : -1;
+        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT) : -1;
         struct stat a, b;
-        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->dfd = d;
-        else if (d >= 0) close(d);
+        if (d >= 0 && io_fstat(d, &a, p) == 0 && io_fstat(f->fd, &b, p) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->dfd = d;
+        else if (d >= 0) io_close_quiet(d, p);
     }
     return f->dfd >= 0 ? f->dfd : -1;
 }
@@ -344,13 +345,13 @@ int ck_stream_fd(sck_ckpt *ck, uint32_t fi) {
         f->sfd = -2;
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
-        int d = k > 0 && (size_t)k < sizeof p ? open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
         struct stat a, b;
-        if (d >= 0 && fstat(d, &a) == 0 && fstat(f->fd, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
+        if (d >= 0 && io_fstat(d, &a, p) == 0 && io_fstat(f->fd, &b, p) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
             f->sfd = d;
             posix_fadvise(d, 0, 0, POSIX_FADV_SEQUENTIAL); /* advice only: a larger read-ahead window */
         } else if (d >= 0) {
-            close(d);
+            io_close_quiet(d, p);
         }
     }
     return f->sfd >= 0 ? f->sfd : f->fd;

@@ -11,6 +11,7 @@
 #include "load/load_checks.h"
 #include "format/meta_wire.h"
 #include "core/state.h"
+#include "io/storage.h"
 
 static void fmt_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
     size_t k = 0;
@@ -236,7 +237,7 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     /* Every rank sees the same answer only if the FS is shared.  Each branch's first collective is an
      * agreement (with or without a payload: the same collective), which a rank that could not resolve
      * the directory joins with its error (open_collective). */
-    int is_dcp = stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && stat(mp, &sb) == 0;
+    int is_dcp = io_stat(dir, &sb) == 0 && S_ISDIR(sb.st_mode) && io_stat(mp, &sb) == 0;
     if (!is_dcp || comm->size == 1) return agree_opened(comm, sck_ckpt_open(dir, ck), ck);
     if (comm_in_process(comm)) return open_shared(comm, dir, ck);
     sck_buf wire;

@@ -7,6 +7,7 @@
 #include "load/ckpt.h"
 #include "format/meta_pt.h"
 #include "format/meta_side.h"
+#include "io/storage.h"
 
 /* Chunks of a tensor must cover it exactly once: no overlap (also refused at open), no hole. */
 static int check_cover(const sck_ckpt *ck, const ck_entry *e, sck_box *scratch) {

@@ -19,6 +19,7 @@
 #include "core/plan.h"
 #include "save/save_full.h"
 #include "format/st_out.h"
+#include "io/storage.h"
 
 save_full_fault_fn save_full_fault;
 
