@@ -1,6 +1,7 @@
 #!/bin/sh
 # run_all.sh - the whole test suite behind `make test`:
 #   1. C unit/integration tests (optimized build)
+#   1b. layout: files by layer, each layer calling only downward (tests/check_layout.py)
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. interop with the real PyTorch DCP through the CLI: Debian 12's torch 1.13 and Debian 13's torch 2.6 in a
 #      trixie chroot (tests/interop/torch26_root.sh builds it on the first run and reuses it after)
@@ -33,6 +34,10 @@ count() { # $1 = label; reads the runner output in $log
 echo "== C tests ($B/)"
 "$B"/tests/run_tests > "$log" 2>&1 || status=1
 count "C tests"
+
+echo "== layout (tests/check_layout.py: layers call only downward)"
+$PYTHON tests/check_layout.py "$B" > "$log" 2>&1 || status=1
+count "layout"
 
 echo "== C tests under ASan+UBSan (build-asan/)"
 if $MAKE --no-print-directory test-asan > "$log" 2>&1; then
