@@ -127,8 +127,8 @@ static double run_streams(const layout *L, uint8_t *mem, int n, int nfiles, cons
     }
     /* A write creates its directory in the timed part and ends with it durable in its parent, as any
      * writer of a new checkpoint directory must (shardckpt creates its temporary directory, then
-     * fsyncs it and, after the rename, the parent; until session 17 the mkdir here was untimed and
-     * the parent not synced: 1 ms or more of cold metadata reads after the page cache is dropped). */
+     * fsyncs it and, after the rename, the parent: leaving the mkdir untimed or the parent unsynced
+     * would hide 1 ms or more of cold metadata reads after the page cache is dropped). */
     double t0 = now_s();
     if (mode == 0 && mkdir(dir, 0755) != 0 && errno != EEXIST) {
         free(s);

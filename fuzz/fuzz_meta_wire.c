@@ -1,5 +1,5 @@
 /* fuzz_meta_wire.c - libFuzzer target for the checkpoint model rank 0 broadcasts on a collective load
- * (src/meta_wire.h): any input must decode or fail cleanly, and what decodes must encode back to the
+ * (src/format/meta_wire.h): any input must decode or fail cleanly, and what decodes must encode back to the
  * very same bytes (the encoding is canonical, so the decoder accepted nothing it would not write).
  * An input that is not model bytes is taken as a `.metadata` pickle, decoded and sent through the
  * model bytes the same way.  Seeds (fuzz/corpus/meta_wire) are the models of the fuzz/corpus/pickle

@@ -1,5 +1,5 @@
 /* test_faults.c - fault injection: every file-system call of a 3-rank save is failed in turn (EIO or
- * ENOSPC, through the hook of src/io_hook.h).  Each time: all ranks return the same error, nothing
+ * ENOSPC, through the hook of src/io/io_hook.h).  Each time: all ranks return the same error, nothing
  * hangs, no fd or temporary directory leaks, and the old checkpoint still loads bit-exact.  Runs with
  * the atomic exchange and with the two-rename fallback. */
 #include <errno.h>
@@ -79,7 +79,7 @@ static void run_faults(int no_exchange) {
             io_hook_set(NULL, NULL);
             iterations++;
             /* The clean-up after the commit races: rank 0 empties the previous checkpoint's directory
-             * while the other ranks each remove their own file of it (src/commit.c), so a run makes
+             * while the other ranks each remove their own file of it (src/core/commit.c), so a run makes
              * one unlink more or less than the counting run when a rank finds its file gone. */
             int racy = (kind == IO_UNLINK || kind == IO_RMDIR) && f.count[kind] < nth;
             CHECK(f.fired || racy);

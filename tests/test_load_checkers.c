@@ -1,4 +1,4 @@
-/* test_load_checkers.c - resharded loads let one rank check each item (src/load_checks.h): the owner
+/* test_load_checkers.c - resharded loads let one rank check each item (src/load/load_checks.h): the owner
  * reads and checks the item whole, the other readers read only their runs (counted in bytes with the
  * kernel's per-thread read accounting), and a flipped byte in any item any rank read still fails the
  * load on every rank, while items nobody read are not checked. */
@@ -17,7 +17,7 @@
 #define WC 1024
 #define VR 64                 /* v: [64, 1024] f32, 2 row blocks of 128 KiB (small items) */
 #define ROW ((uint64_t)WC * 4)
-#define HEAD (64u << 10)      /* src/ckpt.c HEAD_BYTES: a large item's headers are read 64 KiB at each end */
+#define HEAD (64u << 10)      /* src/load/ckpt_read.h HEAD_BYTES: a large item's headers are read 64 KiB at each end */
 
 typedef struct job {
     const char *dir;
@@ -69,7 +69,7 @@ static int save_rank(sck_comm *c, void *arg) {
 
 /* A communicator passing everything to `inner`, except that a garbling rank's allgather contributions
  * longer than `min` bytes (8: the status record; the lists of files and items each rank reads follow
- * it, src/load_checks.c) reach the others with the high bit of their last byte set: a varint cut
+ * it, src/load/load_checks.c) reach the others with the high bit of their last byte set: a varint cut
  * short, or a file the checkpoint does not have. */
 typedef struct garble {
     sck_comm *inner;
@@ -629,7 +629,7 @@ TEST(load_checks_small_items_owner_hands_the_other_rank_its_rows) {
 }
 
 /* With 6 ranks each of v's items (32 rows) is read by three ranks: its owner reads it whole with the
- * other two ranks' rows going straight into their buffers in the same read (src/ckpt.c place_hands),
+ * other two ranks' rows going straight into their buffers in the same read (src/load/read_plan.c place_hands),
  * one run before its own rows and one after, or both on one side; with 8 ranks, four readers, three
  * hand-overs, more than are read in place, so the owner copies them after its check.  Every rank holds
  * the right rows either way, and a flipped byte in any reader's rows fails every rank. */

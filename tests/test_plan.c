@@ -1,4 +1,4 @@
-/* test_plan.c - the save plan (src/plan.c) against a simple reference planner: the same model, the
+/* test_plan.c - the save plan (src/core/plan.c) against a simple reference planner: the same model, the
  * same items per rank, byte-identical `.metadata`, and the same errors, for random states over 1 to 8
  * ranks; a plan built for one rank keeps exactly that rank's items; corrupt plans are refused. */
 #include <stdlib.h>

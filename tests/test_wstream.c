@@ -168,8 +168,8 @@ static const char *disk_dir(char *buf, size_t cap) {
 
 /* Writeback is started per 8 MiB window and a window's pages are dropped once 32 MiB after it are under
  * way: of a 48 MiB fsynced file written in 1 MiB pieces, the first 16 MiB have left the page cache by the
- * close (with one 32 MiB window, as before session 18, none had: its disk waited for 32 MiB to be
- * written before it started). */
+ * close (with one 32 MiB window none would have: the disk would wait for 32 MiB to be written before
+ * it started). */
 TEST(wstream_buffered_drops_pages_a_window_at_a_time) {
     char own[4096];
     const char *dir = disk_dir(own, sizeof own);

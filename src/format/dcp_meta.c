@@ -1,5 +1,5 @@
 /* dcp_meta.c - the checkpoint model and DCP's `.metadata` pickle, both directions.
- * Decoding never runs anything: the pickle becomes a tree (pickle.c) that we read by class name. */
+ * Decoding never runs anything: the pickle becomes a tree (pickle_read.c) that we read by class name. */
 #include "format/dcp_meta.h"
 
 #include <stdio.h>

@@ -24,7 +24,7 @@ typedef struct ck_res {
     uint8_t verified;               /* the item's bytes matched its CRC-32C */
 } ck_res;
 
-/* The end of a piped item's check, left for when the next item's read is under way (ckpt.c's
+/* The end of a piped item's check, left for when the next item's read is under way (box_read.c's
  * read_run_checked): the CRC-32C of the item so far, its last slice (in the caller's buffer) and the
  * CRC-32C of the bytes after it. */
 /* A growing array of runs {src offset, dst offset or address, bytes}: the runs of an item are
@@ -109,10 +109,10 @@ struct sck_ckpt {
     int verify;                     /* check CRC-32Cs when reading (default on) */
     int io;                         /* CK_IO_AUTO (the default), CK_IO_DIRECT or CK_IO_BUFFERED */
     int direct;                     /* the item being read: its long page-aligned runs with O_DIRECT
-                                     * (decided per item from `io`, see ckpt.c's choose_direct) */
+                                     * (decided per item from `io`, see item_file.c's ck_choose_direct) */
     rcache rc;                      /* windows for headers, small items and short runs */
     uint8_t *scratch;               /* small items read in batches: their bytes around the runs; lazy, sck_big_alloc'ed */
-    ck_runbuf runbuf[3];            /* run lists kept from item to item (ckpt.c's read_overlap, merge_hands) */
+    ck_runbuf runbuf[3];            /* run lists kept from item to item (box_read.c's ck_read_overlap, ck_merge_hands) */
     rpipe *rp;                      /* reads long ranges ahead while they are checksummed; lazy */
     int rp_failed;                  /* no pipe could be made: long ranges go through the windows */
     ck_pending pend;                /* the last check of a piped item, done while the next one is read */

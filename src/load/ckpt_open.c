@@ -28,7 +28,7 @@ static int open_path(const char *path, sck_ckpt **out);
 int sck_ckpt_open(const char *dir, sck_ckpt **out) {
     if (!dir || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_open: NULL argument");
     *out = NULL;
-    /* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h). */
+    /* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/core/commit.h). */
     char *path;
     int rc = commit_resolve(dir, &path);
     if (rc) return rc;

@@ -279,7 +279,7 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     return agree_opened(comm, local, ck);
 }
 
-/* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/commit.h).  A rank
+/* A crash inside a save's two-rename fallback leaves the checkpoint beside dir (src/core/commit.h).  A rank
  * that cannot resolve it joins open_resolved's first collective (an agreement in every branch: rank
  * 0's outcome, shared model or not) with its error, and every rank stops there. */
 static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {

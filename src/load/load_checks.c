@@ -155,7 +155,7 @@ static int owner_at(const lc_need *const *all, const long *at, int nranks, uint6
     int ties = 0;
     for (int r = 0; r < nranks; r++) ties += need_at(all, at, r) >= bar;
     /* Ties: the items split into contiguous ranges, one per tied rank in rank order.  Small items are
-     * read many at a time (one batch, src/ckpt.c), so an owner of every other item would read them all. */
+     * read many at a time (one batch, src/load/read_plan.c), so an owner of every other item would read them all. */
     int pick = item < nitems ? (int)((long double)item * ties / nitems) : 0;
     for (int r = 0; r < nranks; r++)
         if (need_at(all, at, r) >= bar && pick-- == 0) return r;
@@ -213,7 +213,7 @@ static int plan_comb(const ck_chunk *c, const lc_rng *const *rng, const long *at
         nc += (size_t)rng[r][i].nr;
         readers++;
     }
-    if (readers < 2) return 0; /* its only reader checks it whole, in the same pass (src/ckpt.c) */
+    if (readers < 2) return 0; /* its only reader checks it whole, in the same pass (src/load/item_check.c) */
     /* A small item's owner reads it whole, in a batch with the items around it, and checks it;
      * the other readers read only their runs.  Combining would have the owner read the headers of each
      * item on its own. */

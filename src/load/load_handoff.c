@@ -40,7 +40,7 @@ static int push_hand(sck_ckpt *ck, size_t *cap, ck_hand h) {
 
 /* Lists the hand-overs of the items this rank checks; marks the other ranks' ops.  A small item's single
  * run is handed over; so is an overlap of many runs (a column block) when this rank reads the item as
- * many runs too, in one pass over all of it (ckpt.c's check_and_copy) that can copy the other ranks'
+ * many runs too, in one pass over all of it (item_check.c's ck_check_and_copy) that can copy the other ranks'
  * runs out as well: otherwise each of them would stream the whole item again for its share. */
 static int plan(sck_ckpt *ck, const lh_view *v, int nranks, int me) {
     const ck_reads *r = v[me].r;

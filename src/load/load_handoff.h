@@ -6,7 +6,7 @@
  * column blocks of a row-split tensor every other reader streamed the whole item again for its share
  * (n passes over the checkpoint with n ranks).  Thread ranks share an address space, so the owner copies
  * the other ranks' parts into their buffers: a small item's single runs once the item is checked, and
- * many-run overlaps out of its own one pass over the item (ckpt.c's merge_hands), or after its check
+ * many-run overlaps out of its own one pass over the item (box_read.c's ck_merge_hands), or after its check
  * where the runs cannot be merged in file order.  The other ranks skip those reads.  A load fails on
  * every rank if the owner's read or check fails, as before; the final agreement orders every copy
  * before any rank returns. */

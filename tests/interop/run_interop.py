@@ -88,7 +88,7 @@ def reference_safetensors():
         "small.i16": ("I16", np.array([[-32768, 1], [2, 32767], [-5, 0]], dtype=np.int16)),
         "small.i32": ("I32", np.array([-2 ** 31, -1, 0, 1, 2 ** 31 - 1], dtype=np.int32)),
         "small.u8": ("U8", np.arange(14, dtype=np.uint8).reshape(7, 2) * 18),
-        # 2 MiB a rank at 3 ranks: payloads this large start on a 32 KiB boundary (src/save_write.c),
+        # 2 MiB a rank at 3 ranks: payloads this large start on a 32 KiB boundary (src/save/save_write.c),
         # so torch reads records behind a long padding field
         "model.big": ("F32", (np.arange(1536 * 1024, dtype=np.float32) * np.float32(0.5)).reshape(1536, 1024)),
     }
