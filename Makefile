@@ -97,6 +97,11 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIBS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(MPI_LIBS) $(LDFLAGS) $(LDLIBS_ALL)
 
+# A C trainer step that resumes torch 2.6's Adam state (tests/interop/t26_adam.py drives it).
+$(BUILD)/tests/t26_adam: tests/interop/t26_adam.c $(BUILD)/libshardckpt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+
 $(BUILD)/tests/f32_diff: tests/mpi/f32_diff.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS_ALL) -o $@ $< $(LDFLAGS) -lm
@@ -140,7 +145,7 @@ bench-crc: $(BUILD)/bench/crc32_compare
 	$(BUILD)/bench/crc32_compare
 
 # The one test command (README, CI): C unit tests, the same under ASan+UBSan, torch interop.
-test: all tests
+test: all tests $(BUILD)/tests/t26_adam
 	@BUILD=$(BUILD) sh tests/run_all.sh
 
 test-c: tests
@@ -151,7 +156,7 @@ ASAN_LDFLAGS := -fsanitize=address,undefined
 test-asan:
 	@$(MAKE) --no-print-directory BUILD=build-asan OPT="$(ASAN_OPT)" LDFLAGS="$(ASAN_LDFLAGS)" all tests
 
-test-interop: all
+test-interop: all $(BUILD)/tests/t26_adam
 	@$(PYTHON) tests/interop/run_interop.py
 
 # libFuzzer targets (fuzz/fuzz_*.c) against the library built with sanitizers and fuzzer coverage.

@@ -9,6 +9,8 @@
  *   load-cols      sck_load, R rows -> R column blocks (every run is short)  vs raw_read_split
  * Every phase starts with a cold page cache when we may drop it, and is timed from a barrier
  * before to the collective's return on rank 0.  Loads are verified byte for byte (untimed).
+ * save and load are also timed with torch DCP (bench/torch_dcp.py): Debian 12's torch 1.13 on the host,
+ * and Debian 13's torch 2.6 in the trixie chroot of the interop tests (tests/interop/torch26_root.sh).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -17,11 +19,23 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "shardckpt.h"
 
 /* ------------------------------------------------------------------ configuration */
+
+/* One torch DCP column pair: which interpreter runs bench/torch_dcp.py, where its checkpoint goes. */
+enum { T113, T26, NTORCH };
+
+typedef struct torch_rt {
+    const char *name;      /* "1.13", "2.6" */
+    int on;
+    char cmd[4096];        /* interpreter and script, as a shell command prefix */
+    char dir[4096];        /* the checkpoint directory as this process sees it */
+    char arg[4096];        /* the same, as the script sees it (inside the chroot for 2.6) */
+} torch_rt;
 
 typedef struct config {
     uint64_t sizes[8];
@@ -30,12 +44,14 @@ typedef struct config {
     int nranks;
     int big, small;        /* layouts to run */
     int repeat;            /* best of N */
-    int torch;             /* run torch DCP too */
+    torch_rt torch[NTORCH];
     uint64_t torch_max;    /* largest size torch runs at (big layout) */
     uint64_t torch_small_max;
     const char *dir;
     const char *md;        /* append the markdown table here */
-    const char *python;
+    const char *python;    /* torch 1.13 */
+    const char *root;      /* the trixie chroot with torch 2.6 */
+    char t26_tmp[4000];    /* our directory under root/tmp (the script and its checkpoint), or "" */
     int dropped;           /* page cache dropped between phases */
 } config;
 
@@ -43,11 +59,14 @@ static void usage(void) {
     fprintf(stderr,
             "bench: shardckpt save/load vs raw pwrite/pread and torch DCP\n"
             "environment:\n"
-            "  BENCH_QUICK=1        256M, ranks 1,4, one repeat, no torch (unless BENCH_TORCH=1)\n"
+            "  BENCH_QUICK=1        256M, ranks 1,4, one repeat, no torch (unless BENCH_TORCH=1, BENCH_TORCH26=1)\n"
             "  BENCH_SIZES=256M,1G,4G   BENCH_RANKS=1,2,4,8   BENCH_LAYOUTS=big,small\n"
             "  BENCH_REPEAT=N       best of N (default 2)\n"
-            "  BENCH_TORCH=0|1      torch DCP lines (default 1 when /usr/bin/python3 has torch)\n"
-            "  BENCH_TORCH_MAX=1G   BENCH_TORCH_SMALL_MAX=256M   largest sizes torch runs at\n"
+            "  BENCH_TORCH=0|1      torch 1.13 DCP columns (default 1 when $PYTHON, default /usr/bin/python3, imports torch)\n"
+            "  BENCH_TORCH26=0|1    torch 2.6 DCP columns (default 1 when the python3 of the chroot $TRIXIE_ROOT (default\n"
+            "                       /var/cache/shardckpt/trixie-root) imports torch: needs root and a chroot made by\n"
+            "                       tests/interop/torch26_root.sh; its checkpoint goes under $TRIXIE_ROOT/tmp)\n"
+            "  BENCH_TORCH_MAX=1G   BENCH_TORCH_SMALL_MAX=256M   largest sizes torch (both) runs at\n"
             "  BENCH_DIR=/tmp/shardckpt-bench   BENCH_MD=file (append the markdown table)\n");
 }
 
@@ -74,9 +93,27 @@ static const char *env_or(const char *k, const char *d) {
 }
 
 static int torch_available(const char *python) {
-    char cmd[512];
+    char cmd[4200];
     snprintf(cmd, sizeof cmd, "%s -c 'import torch' >/dev/null 2>&1", python);
     return system(cmd) == 0;
+}
+
+/* How bench/torch_dcp.py runs under torch 2.6: as the interop tests run their scripts (t26_cases.py py26). */
+#define CHROOT_ENV "env -i PATH=/usr/bin:/bin HOME=/root USE_LIBUV=0 PYTHONWARNINGS=ignore GLOO_SOCKET_IFNAME=lo python3"
+
+static int torch26_available(const char *root) {
+    char path[4200], cmd[4400];
+    snprintf(path, sizeof path, "%s/usr/bin/python3", root);
+    if (access(path, X_OK)) return 0;
+    snprintf(cmd, sizeof cmd, "chroot '%s' " CHROOT_ENV " -c 'import torch' >/dev/null 2>&1", root);
+    return system(cmd) == 0;
+}
+
+/* Whether a torch column pair is asked for (var: BENCH_TORCH, BENCH_TORCH26): by default on, off in quick
+ * mode.  The callers then turn it off where that torch is not installed. */
+static int torch_wanted(const char *var, int quick) {
+    const char *t = getenv(var);
+    return t ? atoi(t) : !quick;
 }
 
 static int load_config(config *c) {
@@ -95,11 +132,24 @@ static int load_config(config *c) {
     c->md = getenv("BENCH_MD");
     c->torch_max = parse_size(env_or("BENCH_TORCH_MAX", "1G"));
     c->torch_small_max = parse_size(env_or("BENCH_TORCH_SMALL_MAX", "256M"));
-    const char *t = getenv("BENCH_TORCH");
-    c->torch = t ? atoi(t) : !quick;
-    if (c->torch && !torch_available(c->python)) {
-        fprintf(stderr, "bench: %s cannot import torch; torch DCP columns skipped\n", c->python);
-        c->torch = 0;
+    c->root = env_or("TRIXIE_ROOT", "/var/cache/shardckpt/trixie-root");
+    torch_rt *t = &c->torch[T113];
+    t->name = "1.13";
+    t->on = torch_wanted("BENCH_TORCH", quick);
+    if (t->on && !torch_available(c->python)) {
+        fprintf(stderr, "bench: %s cannot import torch; torch 1.13 DCP columns skipped\n", c->python);
+        t->on = 0;
+    }
+    snprintf(t->cmd, sizeof t->cmd, "%s bench/torch_dcp.py", c->python);
+    snprintf(t->dir, sizeof t->dir, "%s/torch", c->dir);
+    snprintf(t->arg, sizeof t->arg, "%s", t->dir);
+    t = &c->torch[T26];
+    t->name = "2.6";
+    t->on = torch_wanted("BENCH_TORCH26", quick);
+    if (t->on && !torch26_available(c->root)) {
+        fprintf(stderr, "bench: no python3 importing torch in the chroot %s (needs root; build it with sh tests/interop/torch26_root.sh); "
+                "torch 2.6 DCP columns skipped\n", c->root);
+        t->on = 0;
     }
     for (int i = 0; i < c->nsizes; i++)
         if (c->sizes[i] < (1u << 20)) return -1;
@@ -280,24 +330,60 @@ static int verify(const layout *L, const uint8_t *src, const uint8_t *dst, int c
 
 /* ------------------------------------------------------------------ torch DCP */
 
-/* Runs bench/torch_dcp.py; fills save/load seconds.  Returns 0 on success. */
-static int run_torch(const config *c, const layout *L, int nranks, double *save_s, double *load_s) {
-    char dir[4096], cmd[8192];
-    snprintf(dir, sizeof dir, "%s/torch", c->dir);
-    rm_dir(dir);
-    snprintf(cmd, sizeof cmd, "%s bench/torch_dcp.py %s %d %" PRId64 " %" PRId64 " %d %d 2>&1", c->python, dir, L->ntensors,
-             L->rows, L->cols, nranks, c->dropped);
+/* Runs bench/torch_dcp.py under torch t; fills save/load seconds.  Returns 0 on success. */
+static int run_torch(const config *c, const torch_rt *t, const layout *L, int nranks, double *save_s, double *load_s) {
+    char cmd[9000];
+    rm_dir(t->dir);
+    snprintf(cmd, sizeof cmd, "%s '%s' %d %" PRId64 " %" PRId64 " %d %d 2>&1", t->cmd, t->arg, L->ntensors, L->rows, L->cols,
+             nranks, c->dropped);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     char line[1024];
     int got = 0;
     while (fgets(line, sizeof line, p)) {
         if (sscanf(line, "TORCH save_s=%lf load_s=%lf", save_s, load_s) == 2) got = 1;
-        else fprintf(stderr, "  torch: %s", line);
+        else fprintf(stderr, "  torch %s: %s", t->name, line);
     }
     int rc = pclose(p);
-    rm_dir(dir);
+    rm_dir(t->dir);
     return got && rc == 0 ? 0 : -1;
+}
+
+/* Puts bench/torch_dcp.py into a directory of our own under the chroot's /tmp (the same disk as BENCH_DIR
+ * on this machine: a fair comparison) and points torch 2.6's checkpoint there.  The script drops the page
+ * cache itself, through the chroot's /proc (mounted by torch26_root.sh); where the host drops it between
+ * phases and the chroot cannot, torch 2.6 would read warm: it is skipped instead.  Returns 0 when usable. */
+static int torch26_setup(config *c) {
+    char path[4200], cmd[8400];
+    torch_rt *t = &c->torch[T26];
+    snprintf(path, sizeof path, "%s/proc/sys/vm/drop_caches", c->root);
+    if (c->dropped && access(path, W_OK))
+        return fprintf(stderr, "bench: %s/proc is not mounted, torch 2.6 could not drop the page cache; torch 2.6 DCP columns "
+                               "skipped (sh tests/interop/torch26_root.sh mounts it)\n", c->root), -1;
+    snprintf(c->t26_tmp, sizeof c->t26_tmp, "%s/tmp/sck-bench-XXXXXX", c->root);
+    if (!mkdtemp(c->t26_tmp)) {
+        fprintf(stderr, "bench: cannot create %s: %s; torch 2.6 DCP columns skipped\n", c->t26_tmp, strerror(errno));
+        c->t26_tmp[0] = 0;
+        return -1;
+    }
+    snprintf(cmd, sizeof cmd, "cp bench/torch_dcp.py '%s/torch_dcp.py'", c->t26_tmp);
+    if (system(cmd) != 0) return fprintf(stderr, "bench: cannot copy bench/torch_dcp.py into %s; torch 2.6 DCP columns skipped\n", c->t26_tmp), -1;
+    char inside[64]; /* the directory as the chroot sees it */
+    snprintf(inside, sizeof inside, "/tmp/%s", strrchr(c->t26_tmp, '/') + 1);
+    snprintf(t->cmd, sizeof t->cmd, "chroot '%s' " CHROOT_ENV " '%s/torch_dcp.py'", c->root, inside);
+    snprintf(t->dir, sizeof t->dir, "%s/torch", c->t26_tmp);
+    snprintf(t->arg, sizeof t->arg, "%s/torch", inside);
+    return 0;
+}
+
+static const char *t26_tmp; /* removed at exit */
+
+static void torch26_cleanup(void) {
+    char p[4200];
+    if (!t26_tmp || !*t26_tmp) return;
+    snprintf(p, sizeof p, "%s/torch", t26_tmp);
+    rm_dir(p);
+    rm_dir(t26_tmp);
 }
 
 /* ------------------------------------------------------------------ output */
@@ -334,20 +420,27 @@ typedef struct meas {
 
 static double best(double a, double b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
 
-/* One table line.  target: the ratio the issue asks for (0: none). */
-static void line(const char *op, const layout *L, const char *ranks, const meas *m, double target, double torch_s) {
-    char sz[32], tgt[32] = "", tor[64] = "n/a | n/a", rd[16] = "n/a", fl[16] = "n/a";
+static const double no_torch[NTORCH] = {-1, -1};
+
+/* One table line.  target: the ratio the issue asks for (0: none).  torch_s: torch 1.13's and 2.6's seconds
+ * for the same operation (-1: not run). */
+static void line(const char *op, const layout *L, const char *ranks, const meas *m, double target, const double *torch_s) {
+    char sz[32], tgt[32] = "", tor[NTORCH][64], rd[16] = "n/a", fl[16] = "n/a";
     size_name(sz, sizeof sz, L->bytes);
     double ratio = m->sck > 0 && m->raw > 0 ? m->raw / m->sck : 0;
     if (target > 0) snprintf(tgt, sizeof tgt, "%s %.2g", ratio >= target ? "ok" : "BELOW", target);
     /* The disk's own multiple of torch (the faster raw side over torch; the buffered one always ran)
      * bounds any library's: where it is below 10, the issue's 10x cannot be met on this disk. */
-    if (torch_s > 0)
-        snprintf(tor, sizeof tor, "%.3f | %.1fx (disk %.1fx)", gbs(L->bytes, torch_s), torch_s / m->sck, torch_s / best(m->raw, m->rawd));
+    for (int k = 0; k < NTORCH; k++) {
+        if (torch_s[k] > 0)
+            snprintf(tor[k], sizeof tor[k], "%.3f | %.1fx (disk %.1fx)", gbs(L->bytes, torch_s[k]), torch_s[k] / m->sck,
+                     torch_s[k] / best(m->raw, m->rawd));
+        else snprintf(tor[k], sizeof tor[k], "n/a | n/a");
+    }
     if (m->rawd > 0) snprintf(rd, sizeof rd, "%.3f", gbs(L->bytes, m->rawd));
     if (m->files > 0) snprintf(fl, sizeof fl, "%.3f", gbs(L->bytes, m->files));
-    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %-5s | %s | %6.0f |\n", op, L->name, sz, ranks,
-        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, fl, tor, (double)m->rss / (1 << 20));
+    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %-5s | %s | %s | %6.0f |\n", op, L->name, sz, ranks,
+        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, fl, tor[T113], tor[T26], (double)m->rss / (1 << 20));
 }
 
 /* Rank count of the resharded load: changes the split so boundaries fall inside saved chunks. */
@@ -440,19 +533,25 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     l.rawd = ld.raw;
     rm_dir(raw), rm_dir(rawd), rm_dir(ck);
     if (rc) return rc;
-    double ts = -1, tl = -1;
+    double ts[NTORCH] = {-1, -1}, tl[NTORCH] = {-1, -1};
     uint64_t tmax = L->ntensors <= 16 ? c->torch_max : c->torch_small_max;
-    if (c->torch && L->bytes <= tmax && run_torch(c, L, R, &ts, &tl)) fprintf(stderr, "bench: torch DCP run failed\n");
+    for (int k = 0; k < NTORCH; k++) {
+        const torch_rt *t = &c->torch[k];
+        if (t->on && L->bytes <= tmax && run_torch(c, t, L, R, &ts[k], &tl[k])) {
+            fprintf(stderr, "bench: torch %s DCP run failed\n", t->name);
+            ts[k] = tl[k] = -1;
+        }
+    }
     char rs1[16], rs2[16];
     snprintf(rs1, sizeof rs1, "%d", R);
     snprintf(rs2, sizeof rs2, "%d->%d", R, R2);
     line("save", L, rs1, &w, 0.9, ts);
     line("load", L, rs1, &l, 0.9, tl);
-    line("load-reshard", L, rs2, &rs, 0.8, -1);
-    if (cols) line("load-cols", L, rs1, &co, 0.8, -1); /* a resharded load: every rank needs part of every chunk */
-    if (wd.sck > 0) line("save-direct", L, rs1, &wd, 0.9, -1);
-    if (ld.sck > 0) line("load-direct", L, rs1, &ld, 0.9, -1);
-    line("async-stall", L, rs1, &as, 1 / 1.2, -1);
+    line("load-reshard", L, rs2, &rs, 0.8, no_torch);
+    if (cols) line("load-cols", L, rs1, &co, 0.8, no_torch); /* a resharded load: every rank needs part of every chunk */
+    if (wd.sck > 0) line("save-direct", L, rs1, &wd, 0.9, no_torch);
+    if (ld.sck > 0) line("load-direct", L, rs1, &ld, 0.9, no_torch);
+    line("async-stall", L, rs1, &as, 1 / 1.2, no_torch);
     return 0;
 }
 
@@ -464,6 +563,9 @@ int main(int argc, char **argv) {
         return 2;
     }
     c.dropped = can_drop_caches();
+    t26_tmp = c.t26_tmp;
+    atexit(torch26_cleanup);
+    if (c.torch[T26].on && torch26_setup(&c)) c.torch[T26].on = 0;
     if (c.md && !(md_file = fopen(c.md, "a"))) {
         fprintf(stderr, "bench: %s: %s\n", c.md, strerror(errno));
         return 1;
@@ -475,9 +577,9 @@ int main(int argc, char **argv) {
     uname(&u);
     out("\nshardckpt bench: %s %s, page cache %s between phases, fsync on both sides, best of %d, ranks = threads\n\n",
         u.sysname, u.release, c.dropped ? "dropped" : "NOT dropped (not root): reads are warm", c.repeat);
-    out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | ckpt files GB/s | torch GB/s | "
-        "shardckpt vs torch | peak RSS +MiB |\n");
-    out("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | ckpt files GB/s | torch 1.13 GB/s | "
+        "shardckpt vs torch 1.13 | torch 2.6 GB/s | shardckpt vs torch 2.6 | peak RSS +MiB |\n");
+    out("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failed = 0;
     for (int s = 0; s < c.nsizes; s++) {
         for (int big = 1; big >= 0; big--) {

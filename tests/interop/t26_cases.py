@@ -16,6 +16,8 @@ planner_data paths against the real torch 2.6 in the trixie chroot (tests/intero
 - (t) resume: a Module + Adam FSDP-trained 3 steps on 2 ranks, saved with get_state_dict; shardckpt
   reshards it on 3 ranks; torch restores it with set_state_dict on 2 ranks (FSDP) and on 1 (plain), trains
   2 more steps, and has the uninterrupted run's parameters and Adam moments bit for bit.
+- (t) Adam resume: a C trainer resumes torch 2.6's saved Adam state on 3 and 2 thread ranks and torch
+  restores what it saved (t26_adam_case.py).
 - (t) planner_data: torch's dcp_to_torch_save of a shardckpt re-save of a Module + Adam state
   (get_state_dict) gives the same nested dict as of torch's own save.
 A missing chroot is a failure, never a skip.
@@ -145,6 +147,7 @@ def planner_data(ri, w):
 
 
 def add_cases(s, ri):
+    import t26_adam_case  # it uses py26 from here
     def in_root(fn):
         def run():
             base = os.path.join(TRIXIE_ROOT, "tmp")
@@ -168,5 +171,8 @@ def add_cases(s, ri):
            in_root(dtensor))
     s.case("(t) torch 2.6 get_state_dict of FSDP Module + Adam (2 ranks) -> shardckpt reshard (3) -> set_state_dict on "
            "2 and 1 ranks, 2 more steps equal the uninterrupted run bit for bit", in_root(resume))
+    s.case("(t) torch 2.6 get_state_dict of Module + Adam -> a C program (tests/interop/t26_adam.c) resumes it as flat "
+           "shards on 3 and 2 ranks, 2 Adam steps, saves; torch set_state_dict restores it = the uninterrupted run",
+           in_root(t26_adam_case.adam_resume))
     s.case("(t) torch 2.6 dcp_to_torch_save: shardckpt's re-save of Module + Adam state unflattens as torch's own "
            "(planner_data paths)", in_root(planner_data))
