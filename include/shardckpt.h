@@ -76,7 +76,9 @@ typedef enum sck_status {
     SCK_ERR_COVERAGE = -9,     /**< shards overlap, leave holes, or fall outside the tensor */
     SCK_ERR_COMM = -10,        /**< the communicator failed */
     SCK_ERR_PEER = -11,        /**< another rank failed; the message is that rank's message */
-    SCK_ERR_CHECKSUM = -12     /**< stored bytes do not match their checksum */
+    SCK_ERR_CHECKSUM = -12,    /**< stored bytes do not match their checksum */
+    SCK_ERR_BUSY = -13         /**< another save of the same checkpoint directory is running, or
+                                     replaced the checkpoint while it was being read */
 } sck_status;
 
 /** Message describing the last error in the calling thread (never NULL; "" if none).
@@ -416,8 +418,9 @@ typedef struct sck_save_opts {
  * ignores it; `.metadata.sck` holds the decoded index for fast loads.
  *
  * Errors (the same on every rank): SCK_ERR_INVALID_ARG (also: `dir` holds
- * other files), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE, SCK_ERR_IO,
- * SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
+ * other files), SCK_ERR_BUSY (another save of `dir` is running),
+ * SCK_ERR_MISMATCH, SCK_ERR_COVERAGE, SCK_ERR_IO, SCK_ERR_NOMEM,
+ * SCK_ERR_COMM, SCK_ERR_PEER.
  */
 int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 
@@ -544,8 +547,9 @@ typedef struct sck_load_opts {
  * (dtype, shape or kind differ), SCK_ERR_COVERAGE (the saved chunks do not
  * cover a requested region, or overlap), SCK_ERR_CHECKSUM (stored bytes do
  * not match their CRC-32C; the message names file, key, item offset and
- * chunk), SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO, SCK_ERR_NOMEM,
- * SCK_ERR_COMM, SCK_ERR_PEER.
+ * chunk), SCK_ERR_BUSY (a save replaced `dir` while it was read: the bytes
+ * are not wrong, the checkpoint changed; load again), SCK_ERR_FORMAT,
+ * SCK_ERR_UNSUPPORTED, SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
  */
 int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts);
 

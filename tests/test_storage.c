@@ -48,12 +48,13 @@ static int c_exchange(void *c, const char *a, const char *b) { BUMP(c, renames);
 static int c_mkdir(void *c, const char *p, mode_t m) { BUMP(c, mkdirs); return UNDER(c)->mkdir(UNDER(c)->ctx, p, m); }
 static int c_unlink(void *c, const char *p) { BUMP(c, unlinks); return UNDER(c)->unlink(UNDER(c)->ctx, p); }
 static int c_rmdir(void *c, const char *p) { return UNDER(c)->rmdir(UNDER(c)->ctx, p); }
+static int c_flock(void *c, int fd, int op, const char *p) { return UNDER(c)->flock(UNDER(c)->ctx, fd, op, p); }
 
 static io_storage counting_table(counting *c) {
     memset(c, 0, sizeof *c);
     c->under = io_storage_posix();
     io_storage t = {c, c_open, c_close, c_fstat, c_stat, c_lstat, c_preadv, c_pwritev, c_fsync, c_ftruncate, c_setfl,
-                    c_rename, c_exchange, c_mkdir, c_unlink, c_rmdir};
+                    c_rename, c_exchange, c_mkdir, c_unlink, c_rmdir, c_flock};
     return t;
 }
 

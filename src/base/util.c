@@ -72,6 +72,7 @@ const char *sck_status_name(int status) {
     case SCK_ERR_COMM: return "SCK_ERR_COMM";
     case SCK_ERR_PEER: return "SCK_ERR_PEER";
     case SCK_ERR_CHECKSUM: return "SCK_ERR_CHECKSUM";
+    case SCK_ERR_BUSY: return "SCK_ERR_BUSY";
     default: return "SCK_ERR_UNKNOWN";
     }
 }

@@ -4,12 +4,15 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -74,6 +77,7 @@ static int pick_id(char *out) {
 
 int commit_init(commit *c, const char *dir, const char *id) {
     memset(c, 0, sizeof *c);
+    c->lock_fd = -1;
     char *d;
     int rc = strip_slashes(dir, &d);
     if (rc) return rc;
@@ -103,11 +107,82 @@ int commit_init(commit *c, const char *dir, const char *id) {
     return SCK_OK;
 }
 
+static void unlock(commit *c) {
+    if (c->lock_fd < 0 || !c->lock_path) return; /* a zeroed commit (never initialised) holds nothing */
+    const io_storage *s = io_storage_current();
+    /* Removed while locked: a saver waiting on the old file finds it gone and opens the path again. */
+    s->unlink(s->ctx, c->lock_path);
+    s->close(s->ctx, c->lock_fd, c->lock_path);
+    c->lock_fd = -1;
+}
+
+/* Who holds lock file fd, from what it says ("pid P on host H since T"), for the message. */
+static void lock_holder(int fd, const char *path, char *out, size_t cap) {
+    char buf[256];
+    struct iovec v = {buf, sizeof buf - 1};
+    const io_storage *s = io_storage_current();
+    ssize_t n = s->preadv(s->ctx, fd, &v, 1, 0, path);
+    if (n <= 0) {
+        snprintf(out, cap, "a save that has not said who it is yet");
+        return;
+    }
+    buf[n] = 0;
+    buf[strcspn(buf, "\n")] = 0;
+    snprintf(out, cap, "%s", buf);
+}
+
+/* flock(LOCK_EX | LOCK_NB) of <dir>.lock, created if needed, then our identity written into it.  A file
+ * its previous holder unlinked after we opened it is no lock: open the path again. */
+static int lock(commit *c) {
+    const io_storage *s = io_storage_current();
+    if (!(c->lock_path = join3(c->dir, ".lock", ""))) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", c->dir);
+    for (int tries = 0; tries < 100; tries++) {
+        int fd = s->open(s->ctx, c->lock_path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+        if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open the save lock", c->lock_path);
+        if (s->flock(s->ctx, fd, LOCK_EX | LOCK_NB, c->lock_path) != 0) {
+            int e = errno;
+            char who[256];
+            if (e == EWOULDBLOCK) lock_holder(fd, c->lock_path, who, sizeof who);
+            s->close(s->ctx, fd, c->lock_path);
+            if (e == EWOULDBLOCK)
+                return sck_err(SCK_ERR_BUSY, "%s: another save of this checkpoint is running (%s holds %s); one saver at a time",
+                               c->dir, who, c->lock_path);
+            return sck_err_errno(SCK_ERR_IO, e, "%s: cannot lock", c->lock_path);
+        }
+        struct stat a, b;
+        if (s->fstat(s->ctx, fd, &a, c->lock_path) != 0 || !S_ISREG(a.st_mode)) {
+            s->close(s->ctx, fd, c->lock_path);
+            return sck_err(SCK_ERR_IO, "%s: the save lock is not a regular file", c->lock_path);
+        }
+        if (s->lstat(s->ctx, c->lock_path, &b) != 0 || a.st_dev != b.st_dev || a.st_ino != b.st_ino) {
+            s->close(s->ctx, fd, c->lock_path);
+            continue;
+        }
+        char host[128] = "?", me[256];
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = 0;
+        time_t now = time(NULL);
+        struct tm tm;
+        char when[32] = "?";
+        if (gmtime_r(&now, &tm)) strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+        int n = snprintf(me, sizeof me, "pid %ld on %s since %s\n", (long)getpid(), host, when);
+        struct iovec v = {me, (size_t)n};
+        /* the identity is for messages only: a failure to write it leaves the lock as good */
+        if (s->ftruncate(s->ctx, fd, 0, c->lock_path) == 0) (void)s->pwritev(s->ctx, fd, &v, 1, 0, c->lock_path);
+        c->lock_fd = fd;
+        return SCK_OK;
+    }
+    return sck_err(SCK_ERR_BUSY, "%s: the save lock keeps being replaced; another save is running", c->lock_path);
+}
+
 void commit_free(commit *c) {
+    unlock(c);
+    free(c->lock_path);
     free(c->dir);
     free(c->tmp);
     free(c->prev);
     memset(c, 0, sizeof *c);
+    c->lock_fd = -1;
 }
 
 /* After a crash between the fallback's two renames: dir is missing, dir.old-<id> holds the old
@@ -196,6 +271,8 @@ static void remove_leftovers(const commit *c) {
 }
 
 int commit_prepare(commit *c) {
+    int lrc = lock(c);
+    if (lrc) return lrc;
     struct stat sb;
     if (io_lstat(c->dir, &sb) != 0) {
         if (errno != ENOENT) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat", c->dir);

@@ -18,17 +18,21 @@ typedef struct commit {
     char id[COMMIT_ID_LEN + 1];
     int tmp_holds_old;             /* a failed roll-back left the old checkpoint in tmp: keep it */
     char *prev;                    /* after commit_publish: where the previous checkpoint is, or NULL */
+    int lock_fd;                   /* rank 0 from commit_prepare on: <dir>.lock, flock'ed; else -1 */
+    char *lock_path;
 } commit;
 
 /* Fills c for target `dir`.  id NULL: picks a new random id (rank 0); otherwise the id rank 0 picked,
  * so every rank names the same temporary directory.  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
 int commit_init(commit *c, const char *dir, const char *id);
+/* Releases everything, the save lock included (its file is removed while still locked). */
 void commit_free(commit *c);
 
-/* Rank 0, before any rank writes: finishes an interrupted swap, checks that an existing dir holds only
+/* Rank 0, before any rank writes: takes the save lock (<dir>.lock, flock LOCK_EX, held until
+ * commit_free; SCK_ERR_BUSY naming the holder when another save has it), finishes an interrupted swap, checks that an existing dir holds only
  * checkpoint files (.metadata, *.distcp) so that replacing it loses nothing else, removes what crashed
  * saves of dir left (dir.tmp-* / dir.old-*), and creates c->tmp.
- * Errors: SCK_ERR_INVALID_ARG (dir holds other files), SCK_ERR_IO, SCK_ERR_NOMEM. */
+ * Errors: SCK_ERR_BUSY, SCK_ERR_INVALID_ARG (dir holds other files), SCK_ERR_IO, SCK_ERR_NOMEM. */
 int commit_prepare(commit *c);
 
 /* Rank 0, when every data file and .metadata are in c->tmp: makes it dir, durably if do_fsync, and

@@ -80,8 +80,8 @@ int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **
     uint8_t *d = NULL;
     size_t n = 0, head = 0;
     struct stat sb;
-    int have_st = io_stat(mp, &sb) == 0;
-    if (sck_read_file_big(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
+    int have_st = io_lstat(mp, &sb) == 0 && S_ISREG(sb.st_mode); /* a link or FIFO: read (and refused) below */
+    if (sck_read_file_own(path, &d, &n) == SCK_OK && n >= SIDE_HEAD_V1 && !memcmp(d, side_magic, 7)) {
         if (d[7] == 1) head = SIDE_HEAD_V1;
         else if (d[7] == 2 && n >= SIDE_HEAD && sck_le32(d + 60) == sck_crc32c(0, d, 60)) head = SIDE_HEAD;
         if (head && sck_le32(d + 20) != sck_crc32c(0, d + head, n - head)) head = 0;
@@ -92,7 +92,7 @@ int meta_side_open(const char *dir, uint8_t **wire, size_t *wire_len, uint8_t **
         d = NULL;
     }
     if (!(head == SIDE_HEAD && have_st && same_identity(d, &sb))) {
-        int rc = sck_read_file_big(mp, meta, meta_len);
+        int rc = sck_read_file_own(mp, meta, meta_len);
         if (rc) {
             sck_big_free(d);
             return rc;

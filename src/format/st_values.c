@@ -15,7 +15,7 @@
 
 int st_read_header_file(const char *path, st_header *out) {
     memset(out, 0, sizeof *out);
-    int fd = io_open_read(path, O_RDONLY | O_CLOEXEC);
+    int fd = io_open_read(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); /* a FIFO: refused, not waited on */
     if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
     struct stat sb;
     uint8_t head[8], *buf = NULL;

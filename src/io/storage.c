@@ -6,6 +6,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include "base/util.h"
@@ -34,9 +35,10 @@ static int px_exchange(void *ctx, const char *a, const char *b) {
 static int px_mkdir(void *ctx, const char *path, mode_t mode) { (void)ctx; return mkdir(path, mode); }
 static int px_unlink(void *ctx, const char *path) { (void)ctx; return unlink(path); }
 static int px_rmdir(void *ctx, const char *path) { (void)ctx; return rmdir(path); }
+static int px_flock(void *ctx, int fd, int op, const char *path) { (void)ctx, (void)path; return flock(fd, op); }
 
 static const io_storage posix_storage = {NULL, px_open, px_close, px_fstat, px_stat, px_lstat, px_preadv, px_pwritev, px_fsync,
-                                         px_ftruncate, px_setfl, px_rename, px_exchange, px_mkdir, px_unlink, px_rmdir};
+                                         px_ftruncate, px_setfl, px_rename, px_exchange, px_mkdir, px_unlink, px_rmdir, px_flock};
 
 /* atomic: helper threads (read-ahead pipes, write streams) read it while a test may have set it */
 static _Atomic(const io_storage *) current = &posix_storage;
@@ -65,10 +67,13 @@ int io_stat(const char *path, struct stat *sb) {
     return s->stat(s->ctx, path, sb);
 }
 
-static int read_file(const char *path, uint8_t **data, size_t *len, int big) {
+static int read_file(const char *path, uint8_t **data, size_t *len, int big, int nofollow) {
     *data = NULL;
     *len = 0;
-    int fd = io_open_read(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO in a file's place must not hang the open (it is refused below) */
+    int fd = io_open_read(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (nofollow ? O_NOFOLLOW : 0));
+    if (fd < 0 && nofollow && errno == ELOOP)
+        return sck_err(SCK_ERR_FORMAT, "%s: a symbolic link; checkpoint files must be regular files in the directory", path);
     if (fd < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open", path);
     struct stat sb;
     if (io_fstat(fd, &sb, path) != 0) {
@@ -98,9 +103,11 @@ static int read_file(const char *path, uint8_t **data, size_t *len, int big) {
     return SCK_OK;
 }
 
-int sck_read_file(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 0); }
+int sck_read_file(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 0, 0); }
 
-int sck_read_file_big(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 1); }
+int sck_read_file_big(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 1, 0); }
+
+int sck_read_file_own(const char *path, uint8_t **data, size_t *len) { return read_file(path, data, len, 1, 1); }
 
 int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path) {
     const io_storage *S = io_storage_current();

@@ -36,6 +36,7 @@ typedef struct io_storage {
     int (*mkdir)(void *ctx, const char *path, mode_t mode);
     int (*unlink)(void *ctx, const char *path);
     int (*rmdir)(void *ctx, const char *path);
+    int (*flock)(void *ctx, int fd, int op, const char *path); /* flock(2): LOCK_EX, LOCK_NB, LOCK_UN */
 } io_storage;
 
 /* The POSIX table (static). */
@@ -57,6 +58,9 @@ int io_lstat(const char *path, struct stat *sb);
 int sck_read_file(const char *path, uint8_t **data, size_t *len);
 /* The same with *data from sck_big_alloc (free with sck_big_free): for files of megabytes read once. */
 int sck_read_file_big(const char *path, uint8_t **data, size_t *len);
+/* sck_read_file_big of a file a checkpoint directory holds itself (.metadata, .metadata.sck): a symbolic
+ * link is refused (SCK_ERR_FORMAT), as for data files, so that nothing outside the directory is read. */
+int sck_read_file_own(const char *path, uint8_t **data, size_t *len);
 
 /* pread/pwrite that loop over short transfers; short read past EOF is SCK_ERR_FORMAT ("truncated"). */
 int sck_pread_full(int fd, void *buf, size_t n, uint64_t off, const char *path);

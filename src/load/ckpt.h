@@ -97,6 +97,9 @@ typedef struct ck_hand {
 
 struct sck_ckpt {
     char *dir;
+    uint64_t dir_dev, dir_ino;      /* dir's identity when opened: a save replacing it makes a new one */
+    int dir_known;
+    int files_may_link;             /* safetensors sources: data files may be symbolic links */
     ck_meta m;                      /* read-only once built; owned unless `shared` */
     ck_shared *shared;              /* m is a copy of a shared model's struct, or NULL */
     ck_file *files;                 /* parallel to m.files */
@@ -191,6 +194,8 @@ static inline double ckpt_file_pos(const uint64_t *ext, uint32_t file, uint64_t 
  * is not NULL, *wire (from sck_big_alloc: the caller frees it with sck_big_free) holds its meta_wire
  * bytes, else NULL.  Errors: SCK_ERR_IO and the
  * decoders' (SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM), SCK_ERR_COVERAGE (overlapping chunks). */
+/* Sets the identity of ck->dir that reads compare with to tell a replaced checkpoint (SCK_ERR_BUSY). */
+void ckpt_set_dir_id(sck_ckpt *ck, uint64_t dev, uint64_t ino, int known);
 int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len);
 /* Builds an sck_ckpt from a finished model (safetensors sources); takes ownership of *m.  Checks that
  * no two chunks of a tensor overlap (SCK_ERR_COVERAGE) unless `checked`: the model is one rank 0 built

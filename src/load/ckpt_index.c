@@ -26,6 +26,8 @@
 
 struct ck_shared {
     ck_meta m;
+    uint64_t dir_dev, dir_ino;  /* the opener's identity of the directory (sck_ckpt's) */
+    int dir_known;
     atomic_int refs;
 };
 
@@ -128,6 +130,12 @@ static int ckpt_alloc(const char *dir, const ck_meta *m, sck_ckpt **out) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", dir);
     }
     for (size_t i = 0; i < m->nfiles; i++) ck->files[i].fd = ck->files[i].dfd = ck->files[i].sfd = -1;
+    struct stat sb;
+    if (io_stat(dir, &sb) == 0) {
+        ck->dir_dev = (uint64_t)sb.st_dev;
+        ck->dir_ino = (uint64_t)sb.st_ino;
+        ck->dir_known = 1;
+    }
     rc_init(&ck->rc);
     ck->verify = 1;
     ck->nranks = 1;
@@ -194,6 +202,7 @@ int ckpt_share(sck_ckpt *ck, int extra, ck_shared **out) {
     ck_shared *s = malloc(sizeof *s);
     if (!s) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", ck->dir);
     s->m = ck->m;
+    s->dir_dev = ck->dir_dev, s->dir_ino = ck->dir_ino, s->dir_known = ck->dir_known;
     atomic_init(&s->refs, 1 + extra);
     ck->shared = *out = s;
     return SCK_OK;
@@ -203,7 +212,10 @@ int ckpt_from_shared(const char *dir, ck_shared *s, sck_ckpt **out) {
     *out = NULL;
     int rc = ckpt_alloc(dir, &s->m, out);
     if (rc) ckpt_shared_release(s, 1);
-    else (*out)->shared = s;
+    else {
+        (*out)->shared = s;
+        ckpt_set_dir_id(*out, s->dir_dev, s->dir_ino, s->dir_known);
+    }
     return rc;
 }
 
@@ -214,7 +226,12 @@ void ckpt_shared_release(ck_shared *s, int n) {
     }
 }
 
-int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
+void ckpt_set_dir_id(sck_ckpt *ck, uint64_t dev, uint64_t ino, int known) {
+    ck->dir_dev = dev, ck->dir_ino = ino, ck->dir_known = known;
+}
+
+/* ckpt_open_dcp's reading and decoding. */
+static int open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
     char what[4096];
     ck_meta m;
     uint8_t *w, *data;
@@ -242,13 +259,22 @@ int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_
         sck_err_clear();
     }
     snprintf(what, sizeof what, "%s/.metadata", dir);
-    if (!data && (rc = sck_read_file_big(what, &data, &n))) return rc;
+    if (!data && (rc = sck_read_file_own(what, &data, &n))) return rc;
     rc = dcp_meta_decode(data, n, what, &m);
     sck_big_free(data);
     if (!rc && !(rc = ckpt_from_model(dir, &m, 0, out)) && (rc = ckpt_attach_meta_pt(*out))) {
         sck_ckpt_close(*out);
         *out = NULL;
     }
+    return rc;
+}
+
+int ckpt_open_dcp(const char *dir, sck_ckpt **out, uint8_t **wire, size_t *wire_len) {
+    /* the directory as it is before .metadata is read: a save swapping it in later changes this */
+    struct stat sb;
+    int known = io_stat(dir, &sb) == 0;
+    int rc = open_dcp(dir, out, wire, wire_len);
+    if (!rc) ckpt_set_dir_id(*out, known ? (uint64_t)sb.st_dev : 0, known ? (uint64_t)sb.st_ino : 0, known);
     return rc;
 }
 

@@ -61,6 +61,7 @@ typedef struct run_list {
 } run_list;
 
 /* item_file.c */
+int ck_replaced_error(const sck_ckpt *ck, const char *what);
 void ck_advise_headers(const sck_ckpt *ck, uint32_t file, uint64_t off, uint64_t len, uint64_t ahead, uint64_t tail);
 int ck_check_window(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c, uint64_t fsize);
 int ck_choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_runs);

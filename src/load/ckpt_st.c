@@ -90,5 +90,9 @@ int ckpt_open_safetensors(const char *path, sck_ckpt **out) {
         ck_meta_free(&m);
         return rc;
     }
-    return ckpt_from_model(dir, &m, 0, out);
+    rc = ckpt_from_model(dir, &m, 0, out);
+    /* the Hugging Face cache links each snapshot's files to its blobs: a safetensors file named by the
+     * caller or its index may be a link (a DCP directory's data files may not) */
+    if (!rc) (*out)->files_may_link = 1;
+    return rc;
 }

@@ -25,14 +25,20 @@
 #include "io/storage.h"
 
 /* Opens a data file on first use and checks it is a regular file. */
+static int dir_replaced(const sck_ckpt *ck);
+
 int ck_get_file(sck_ckpt *ck, uint32_t fi, int *fd, uint64_t *size) {
     ck_file *f = &ck->files[fi];
     if (f->fd < 0) {
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
         if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", ck->m.files[fi]);
-        int d = io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-        if (d < 0) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open data file", p);
+        int d = io_open_read(p, O_RDONLY | O_CLOEXEC | O_NONBLOCK | (ck->files_may_link ? 0 : O_NOFOLLOW));
+        if (d < 0) {
+            int e = errno;
+            if (e == ENOENT && dir_replaced(ck)) return ck_replaced_error(ck, "a data file .metadata names is gone");
+            return sck_err_errno(SCK_ERR_IO, e, "%s: cannot open data file", p);
+        }
         struct stat sb;
         if (io_fstat(d, &sb, p) != 0 || !S_ISREG(sb.st_mode)) {
             io_close_quiet(d, p);
@@ -307,10 +313,27 @@ static void fmt_dims(char *buf, size_t cap, int ndim, const int64_t *off) {
     if (k < cap) snprintf(buf + k, cap - k, "]");
 }
 
+/* 1 if ck->dir is no longer the directory this checkpoint was opened from: a save swapped a new
+ * checkpoint in (or removed it) while we read. */
+static int dir_replaced(const sck_ckpt *ck) {
+    struct stat sb;
+    if (!ck->dir_known) return 0;
+    if (io_stat(ck->dir, &sb) != 0) return errno == ENOENT;
+    return (uint64_t)sb.st_dev != ck->dir_dev || (uint64_t)sb.st_ino != ck->dir_ino;
+}
+
+int ck_replaced_error(const sck_ckpt *ck, const char *what) {
+    return sck_err(SCK_ERR_BUSY, "%s: replaced by another save while this load read it (%s); load it again", ck->dir, what);
+}
+
 int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
     char what[4600], at[400] = "";
+    if (dir_replaced(ck)) {
+        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
+        return ck_replaced_error(ck, what);
+    }
     ck_item_what(ck, e, c, what, sizeof what);
     if (!e->is_bytes) {
         char dims[360];
@@ -329,7 +352,7 @@ int ck_direct_fd(sck_ckpt *ck, uint32_t fi) {
         f->dfd = -2;
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
-        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_DIRECT) : -1;
+        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | O_DIRECT | (ck->files_may_link ? 0 : O_NOFOLLOW)) : -1;
         struct stat a, b;
         if (d >= 0 && io_fstat(d, &a, p) == 0 && io_fstat(f->fd, &b, p) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) f->dfd = d;
         else if (d >= 0) io_close_quiet(d, p);
@@ -345,7 +368,7 @@ int ck_stream_fd(sck_ckpt *ck, uint32_t fi) {
         f->sfd = -2;
         char p[4096];
         int k = snprintf(p, sizeof p, "%s/%s", ck->dir, ck->m.files[fi]);
-        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+        int d = k > 0 && (size_t)k < sizeof p ? io_open_read(p, O_RDONLY | O_CLOEXEC | (ck->files_may_link ? 0 : O_NOFOLLOW)) : -1;
         struct stat a, b;
         if (d >= 0 && io_fstat(d, &a, p) == 0 && io_fstat(f->fd, &b, p) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino) {
             f->sfd = d;

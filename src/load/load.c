@@ -255,8 +255,19 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         sck_big_free(side);
         return rc;
     }
-    void *buf = side ? side : wire.data;
-    size_t n = side ? side_len : wire.len;
+    /* The model goes out with the directory's identity as rank 0 saw it before reading .metadata
+     * (3 x uint64 after it): every rank then tells a checkpoint a save replaced meanwhile from a
+     * damaged one alike. */
+    uint64_t id[3] = {0, 0, 0};
+    if (comm->rank == 0) {
+        id[0] = (*ck)->dir_dev, id[1] = (*ck)->dir_ino, id[2] = (uint64_t)(*ck)->dir_known;
+        uint8_t *grown = side ? sck_big_realloc(side, side_len + sizeof id) : NULL;
+        if (side && grown) memcpy(grown + side_len, id, sizeof id), side = grown, side_len += sizeof id;
+        else if (side) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory", mp);
+        else if (sck_buf_append(&wire, id, sizeof id)) local = sck_err(SCK_ERR_NOMEM, "%s: out of memory", mp);
+    }
+    void *buf = local ? NULL : side ? side : wire.data;
+    size_t n = local ? 0 : side ? side_len : wire.len; /* empty: the others fail on it, rank 0's error wins */
     rc = comm_bcast(comm, &buf, &n, 0);
     if (comm->rank == 0) buf = NULL; /* it is side or wire.data */
     sck_buf_free(&wire);
@@ -271,9 +282,12 @@ static int open_resolved(sck_comm *comm, const char *dir, sck_ckpt **ck) {
         char what[4200];
         snprintf(what, sizeof what, "%s (as decoded by rank 0)", mp);
         ck_meta m;
-        local = meta_wire_decode(buf, n, what, &m);
+        if (n < sizeof id) local = sck_err(SCK_ERR_COMM, "%s: rank 0's model broadcast is short", mp);
+        else memcpy(id, (uint8_t *)buf + n - sizeof id, sizeof id), n -= sizeof id;
+        if (!local) local = meta_wire_decode(buf, n, what, &m);
         free(buf);
         if (!local) local = ckpt_from_model(dir, &m, 1, ck); /* rank 0 checked the same model */
+        if (!local) ckpt_set_dir_id(*ck, id[0], id[1], (int)id[2]);
         if (!local) local = ckpt_attach_meta_pt(*ck);        /* small: each rank reads its own */
     }
     return agree_opened(comm, local, ck);
