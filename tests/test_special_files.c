@@ -77,3 +77,14 @@ TEST(safetensors_through_a_link_still_opens) {
     CHECK(!memcmp(w, back, sizeof w));
     sck_ckpt_close(ck);
 }
+
+/* A message naming a path of thousands of bytes keeps its reason: the path loses its middle. */
+TEST(huge_path_in_a_message_is_cut_not_the_reason) {
+    char dir[4096];
+    int n = snprintf(dir, sizeof dir, "%s", th_tmpdir());
+    while (n < 3200) n += snprintf(dir + n, sizeof dir - (size_t)n, "/%0200d", n);
+    sck_ckpt *ck = NULL;
+    CHECK_ERR(sck_ckpt_open(dir, &ck), SCK_ERR_IO, "cannot open checkpoint: No such file or directory");
+    const char *m = sck_last_error();
+    CHECK(strlen(m) < 1024 && strstr(m, "...") != NULL && !strncmp(m, th_tmpdir(), 8));
+}

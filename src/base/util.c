@@ -22,38 +22,64 @@ void sck_err_clear(void) { g_errmsg[0] = 0; }
 
 void sck_err_set_raw(const char *msg) { snprintf(g_errmsg, sizeof g_errmsg, "%s", msg ? msg : ""); }
 
+/* Room for a message before it is fitted: paths are at most PATH_MAX (4096) and a message names a few. */
+#define SCK_ERRMSG_FULL (3 * 4096 + 1024)
+
+/* Stores msg (len bytes) as the message.  One too long for it loses the middle of its longest words
+ * (paths, in practice: "/very/long/...name/.metadata"), not its end, where the reason is. */
+static void fit_message(char *msg, size_t len) {
+    while (len >= SCK_ERRMSG_MAX) {
+        size_t best = 0, best_len = 0;
+        for (size_t i = 0; i < len;) {
+            size_t j = i;
+            while (j < len && msg[j] != ' ') j++;
+            if (j - i > best_len) best = i, best_len = j - i;
+            i = j + 1;
+        }
+        if (best_len <= 40) break; /* nothing long enough to cut: the end goes */
+        size_t excess = len - (SCK_ERRMSG_MAX - 1), keep = best_len > excess + 3 + 32 ? best_len - excess - 3 : 32;
+        size_t head = keep / 2, tail = keep - head, cut = best_len - keep; /* cut >= 3 */
+        memcpy(msg + best + head, "...", 3);
+        memmove(msg + best + head + 3, msg + best + best_len - tail, len - (best + best_len - tail) + 1);
+        len -= cut - 3;
+    }
+    snprintf(g_errmsg, sizeof g_errmsg, "%s", msg);
+}
+
 int sck_err(int status, const char *fmt, ...) {
+    char full[SCK_ERRMSG_FULL];
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    int k = vsnprintf(full, sizeof full, fmt, ap);
     va_end(ap);
+    fit_message(full, k < 0 ? 0 : (size_t)k < sizeof full ? (size_t)k : sizeof full - 1);
     return status;
 }
 
 int sck_err_errno(int status, int errno_value, const char *fmt, ...) {
+    char full[SCK_ERRMSG_FULL];
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    int k = vsnprintf(full, sizeof full, fmt, ap);
     va_end(ap);
-    if (k >= 0 && (size_t)k < sizeof g_errmsg)
-        snprintf(g_errmsg + k, sizeof g_errmsg - (size_t)k, ": %s", strerror(errno_value));
+    size_t n = k < 0 ? 0 : (size_t)k < sizeof full ? (size_t)k : sizeof full - 1;
+    int e = snprintf(full + n, sizeof full - n, ": %s", strerror(errno_value));
+    n += e < 0 ? 0 : (size_t)e < sizeof full - n ? (size_t)e : sizeof full - n - 1;
+    fit_message(full, n);
     return status;
 }
 
 int sck_err_wrap(int status, const char *fmt, ...) {
-    char prev[SCK_ERRMSG_MAX];
+    char prev[SCK_ERRMSG_MAX], full[SCK_ERRMSG_FULL];
     memcpy(prev, g_errmsg, sizeof prev);
     va_list ap;
     va_start(ap, fmt);
-    int k = vsnprintf(g_errmsg, sizeof g_errmsg, fmt, ap);
+    int k = vsnprintf(full, sizeof full, fmt, ap);
     va_end(ap);
-    if (k >= 0 && (size_t)k + 2 < sizeof g_errmsg) {
-        size_t room = sizeof g_errmsg - (size_t)k - 3, plen = strlen(prev);
-        if (plen > room) plen = room;
-        memcpy(g_errmsg + k, ": ", 2);
-        memcpy(g_errmsg + k + 2, prev, plen);
-        g_errmsg[(size_t)k + 2 + plen] = 0;
-    }
+    size_t n = k < 0 ? 0 : (size_t)k < sizeof full ? (size_t)k : sizeof full - 1;
+    int e = snprintf(full + n, sizeof full - n, ": %s", prev);
+    n += e < 0 ? 0 : (size_t)e < sizeof full - n ? (size_t)e : sizeof full - n - 1;
+    fit_message(full, n);
     return status;
 }
 
