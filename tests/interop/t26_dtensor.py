@@ -17,6 +17,8 @@ usage: t26_dtensor.py save DIR NRANKS         dcp.save of STATE's DTensors (Shar
 import os
 import sys
 
+from t26_ranks import launch, rank_report, tensor_dict_problems
+
 ROWS, COLS = (7, 5), (4, 9)  # 7 rows over 2-4 ranks: uneven shards
 
 
@@ -98,20 +100,14 @@ def dtensor_rank(mode, path, swap):
     dcp.load(sd, checkpoint_id=path)
     problems = problems_of(sd)
     dist.barrier()
-    for p in problems:
-        print(f"rank {rank}: {p}")
-    if not problems:
-        print(f"rank {rank}/{n}: {'swapped' if swap else 'same'} placements, every tensor and value equal")
-    return 1 if problems else 0
+    how = "swapped" if swap else "same"
+    return rank_report(rank, problems, f"of {n}: {how} placements, every tensor and value equal")
 
 
 def flat_main(st_path):
-    import torch
     from safetensors.torch import load_file
     got, want = load_file(st_path), full_tensors()
-    problems = [f"keys differ: {sorted(set(got) ^ set(want))}"] if got.keys() != want.keys() else []
-    problems += [f"{k} differs" for k in sorted(set(got) & set(want))
-                 if got[k].dtype != want[k].dtype or got[k].shape != want[k].shape or not torch.equal(got[k], want[k])]
+    problems = tensor_dict_problems(got, want)
     for p in problems:
         print(p)
     print(f"shardckpt's whole view: {len(got)} tensors, {'equal' if not problems else 'DIFFERENT'}")
@@ -179,18 +175,12 @@ def resume_rank(mode, path, want_path):
     set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optimizer"])
     train(m, opt, range(sd["step"], sd["step"] + 2))
     got, want = full_params_and_moments(m, opt), torch.load(want_path, weights_only=True)
-    problems = [f"keys differ: {sorted(set(got) ^ set(want))}"] if got.keys() != want.keys() else []
-    for k in sorted(set(got) & set(want)):
-        if got[k].dtype != want[k].dtype or got[k].shape != want[k].shape or not torch.equal(got[k], want[k]):
-            problems.append(f"{k}: differs by up to {(got[k].double() - want[k].double()).abs().max().item():.3g}")
+    problems = tensor_dict_problems(got, want)
     if sd["step"] != 3:
         problems.append(f"step {sd['step']}, saved 3")
     dist.barrier()
-    for p in problems:
-        print(f"rank {rank}: {p}")
-    if not problems:
-        print(f"rank {rank}/{n}: resumed at step 3, after 2 more steps {len(got)} tensors equal the uninterrupted run")
-    return 1 if problems else 0
+    return rank_report(rank, problems,
+                       f"of {n}: resumed at step 3, after 2 more steps {len(got)} tensors equal the uninterrupted run")
 
 
 def main():
@@ -205,7 +195,6 @@ def main():
         if a[0] in ("save", "load"):
             return dtensor_rank(a[0], a[1], a[0] == "load" and a[3] == "swap")
         return resume_rank(a[0], a[1], a[3] if a[0] == "resume" else None)
-    from t26_ranks import launch
     return launch(__file__, a, int(a[2]))
 
 

@@ -18,6 +18,8 @@ meta.pt with torch.load (weights_only by default in torch 2.6).
 import os
 import sys
 
+from t26_ranks import launch, rank_report, tensor_dict_problems
+
 META = {"step": 2, "epoch": 1, "hparams": {"lr": 0.01, "name": "tiny", "layers": [4, 6, 2]}, "rng": b"\x00\x01seed"}
 
 
@@ -185,11 +187,7 @@ def rank_main(mode, path, expected):
     problems = [] if metadata == META else [f"meta.pt holds {metadata!r}, expected {META!r}"]
     problems += same_state(full_state(fm, opt), torch.load(expected, weights_only=True))
     dist.barrier()
-    for p in problems:
-        print(f"rank {rank}: {p}")
-    if not problems:
-        print(f"rank {rank}: model, optimizer and meta.pt equal what was saved")
-    return 1 if problems else 0
+    return rank_report(rank, problems, "model, optimizer and meta.pt equal what was saved")
 
 
 def flat_main(st_path, expected):
@@ -202,10 +200,7 @@ def flat_main(st_path, expected):
     for fqn, st in full["optimizer"]["state"].items():
         for name, v in st.items():
             want[f"optimizer.state.{fqn}.{name}"] = v
-    problems = [f"keys differ: {sorted(set(got) ^ set(want))}"] if got.keys() != want.keys() else []
-    for k in sorted(set(got) & set(want)):
-        if got[k].dtype != want[k].dtype or got[k].shape != want[k].shape or not torch.equal(got[k], want[k]):
-            problems.append(f"{k} differs")
+    problems = tensor_dict_problems(got, want)
     for p in problems:
         print(p)
     print(f"{len(want)} tensors compared")
@@ -221,7 +216,6 @@ def main():
         return 2
     if os.environ.get("SCK_T26_RANK"):
         return rank_main(a[0], a[1], a[2])
-    from t26_ranks import launch
     return launch(__file__, a, int(a[3]))
 
 

@@ -1,4 +1,5 @@
-"""Starts the gloo ranks of a torch 2.6 interop script by hand (used inside the chroot by t26_*.py).
+"""What the torch 2.6 interop scripts (t26_*.py, inside the chroot) share: starting their gloo ranks by hand,
+comparing dicts of tensors, and a rank's closing report.
 
 launch(script, args, n) runs `python3 script *args` n times with MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE and
 SCK_T26_RANK=1 set (the script's main runs its rank code when it sees SCK_T26_RANK), each under a timeout:
@@ -38,3 +39,27 @@ def launch(script, args, n, timeout_s=TIMEOUT_S):
         print("\n".join(lines) if p.returncode == 0 else text)
         rc = rc or p.returncode
     return rc
+
+
+def tensor_dict_problems(got, want):
+    """What differs between two dicts of tensors (keys; dtype, shape or any bit of a value), each problem a
+    line; a value that differs says by how much at most."""
+    import torch
+    out = [f"keys differ: {sorted(set(got) ^ set(want))}"] if got.keys() != want.keys() else []
+    for k in sorted(set(got) & set(want)):
+        a, b = got[k], want[k]
+        if a.dtype != b.dtype or a.shape != b.shape:
+            out.append(f"{k}: {a.dtype}{list(a.shape)} differs from {b.dtype}{list(b.shape)}")
+        elif not torch.equal(a.view(-1).view(torch.uint8), b.view(-1).view(torch.uint8)):
+            by = (a.double() - b.double()).abs().max().item() if a.is_floating_point() else "?"
+            out.append(f"{k}: differs by up to {by:.3g}" if isinstance(by, float) else f"{k} differs")
+    return out
+
+
+def rank_report(rank, problems, ok):
+    """Prints each problem as "rank R: ...", or the line ok when there is none; the exit status."""
+    for p in problems:
+        print(f"rank {rank}: {p}")
+    if not problems:
+        print(f"rank {rank}: {ok}")
+    return 1 if problems else 0
