@@ -22,6 +22,7 @@ planner_data paths against the real torch 2.6 in the trixie chroot (tests/intero
   (get_state_dict) gives the same nested dict as of torch's own save.
 A missing chroot is a failure, never a skip.
 """
+import hashlib
 import os
 import shutil
 import subprocess
@@ -41,14 +42,16 @@ def py26(ri, script, *args):
     """Runs tests/interop/SCRIPT under torch 2.6; paths among args are host paths under the root."""
     if not os.path.isfile(os.path.join(TRIXIE_ROOT, "usr/bin/python3")):
         raise ri.Failure(f"torch 2.6 chroot not found at {TRIXIE_ROOT} (build it: sh tests/interop/torch26_root.sh)")
-    d = os.path.join(TRIXIE_ROOT, "tmp", "sck-scripts")
+    # One script folder per checkout, so that suites run from two checkouts at once do not swap scripts.
+    sub = "sck-scripts-" + hashlib.sha1(HERE.encode()).hexdigest()[:12]
+    d = os.path.join(TRIXIE_ROOT, "tmp", sub)
     os.makedirs(d, exist_ok=True)
     for name in os.listdir(HERE):  # the script and the t26_* modules it imports
         if name.startswith("t26_") and name.endswith(".py"):
             shutil.copyfile(os.path.join(HERE, name), os.path.join(d, name))
     args = [inside(a) if a.startswith(TRIXIE_ROOT + "/") else a for a in args]
     cmd = ["chroot", TRIXIE_ROOT, "env", "-i", "PATH=/usr/bin:/bin", "HOME=/root", "USE_LIBUV=0", "PYTHONWARNINGS=ignore",
-           "python3", f"/tmp/sck-scripts/{script}"] + args
+           "python3", f"/tmp/{sub}/{script}"] + args
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
