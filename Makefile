@@ -23,13 +23,16 @@ HDRS := $(wildcard include/*.h src/*/*.h tests/*.h tools/*.h)
 
 all: lib cli
 
-lib: $(BUILD)/libshardckpt.a $(BUILD)/libshardckpt.so
+lib: $(BUILD)/libshardckpt.a $(BUILD)/libshardckpt.so $(BUILD)/libshardckpt_internal.a
 cli: $(BUILD)/bin/shardckpt
 tests: $(BUILD)/tests/run_tests
 
+# Library objects export only SCK_API functions (include/*.h); everything else is hidden (docs/DESIGN.md).
+LIB_VIS := -fvisibility=hidden
+
 $(BUILD)/obj/lib/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(LIB_VIS) -c $< -o $@
 
 $(BUILD)/obj/tools/%.o: tools/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -39,20 +42,31 @@ $(BUILD)/obj/tests/%.o: tests/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
 
+# The public static library is sealed: one relocatable object whose hidden (internal) globals are made
+# local, so a program's own write_file or plan_build never clashes with ours.  Tests, bench and fuzz call
+# internals and link libshardckpt_internal.a, the plain objects.
+LD      ?= ld
+OBJCOPY ?= objcopy
 $(BUILD)/libshardckpt.a: $(LIB_OBJ)
+	@mkdir -p $(dir $@)
+	$(LD) -r -o $(BUILD)/obj/shardckpt_all.o $^
+	$(OBJCOPY) --localize-hidden $(BUILD)/obj/shardckpt_all.o
+	rm -f $@ && $(AR) rcs $@ $(BUILD)/obj/shardckpt_all.o
+
+$(BUILD)/libshardckpt_internal.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
 $(BUILD)/libshardckpt.so: $(LIB_OBJ)
 	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS_ALL)
 
-$(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt.a
+$(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libshardckpt_internal.a $(LDFLAGS) $(LDLIBS_ALL)
 
-$(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libshardckpt.a
+$(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libshardckpt_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(TEST_OBJ) $(BUILD)/libshardckpt_internal.a $(LDFLAGS) $(LDLIBS_ALL)
 
 $(BUILD)/examples/%: examples/%.c $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
@@ -78,7 +92,7 @@ endif
 
 $(BUILD)/obj/mpi/comm_mpi.o: src/comm/comm_mpi.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
+	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(LIB_VIS) -c $< -o $@
 
 $(BUILD)/libshardckpt_mpi.a: $(BUILD)/obj/mpi/comm_mpi.o
 	rm -f $@ && $(AR) rcs $@ $^
@@ -93,9 +107,11 @@ $(BUILD)/examples/fsdp_train: examples/fsdp_train.c $(MPI_LIBS) $(HDRS)
 	$(MPI_CC) -DFSDP_WITH_MPI $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(MPI_LIBS) $(LDFLAGS) $(LDLIBS_ALL)
 endif
 
-$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_LIBS) $(HDRS)
+# The MPI tests call internals too: libshardckpt_mpi links against the internal archive as well as the sealed one.
+MPI_TEST_LIBS := $(BUILD)/libshardckpt_mpi.a $(BUILD)/libshardckpt_internal.a
+$(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_TEST_LIBS) $(HDRS)
 	@mkdir -p $(dir $@)
-	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(MPI_LIBS) $(LDFLAGS) $(LDLIBS_ALL)
+	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(MPI_TEST_LIBS) $(LDFLAGS) $(LDLIBS_ALL)
 
 # A C trainer step that resumes torch 2.6's Adam state (tests/interop/t26_adam.py drives it).
 $(BUILD)/tests/t26_adam: tests/interop/t26_adam.c $(BUILD)/libshardckpt.a
@@ -128,9 +144,9 @@ $(BUILD)/obj/bench/%.o: bench/%.c bench/bench.h $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
 
-$(BUILD)/bench/bench: $(BENCH_OBJ) $(BUILD)/libshardckpt.a
+$(BUILD)/bench/bench: $(BENCH_OBJ) $(BUILD)/libshardckpt_internal.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(BENCH_OBJ) $(BUILD)/libshardckpt_internal.a $(LDFLAGS) $(LDLIBS_ALL)
 
 # CRC-32 implementations compared (needs zlib1g-dev and libdeflate-dev as well).
 $(BUILD)/bench/crc32_compare: bench/crc32_compare.c

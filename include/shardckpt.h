@@ -52,6 +52,22 @@
 extern "C" {
 #endif
 
+/* ------------------------------------------------------------------------ */
+/* Exported symbols                                                          */
+/* ------------------------------------------------------------------------ */
+
+/* SCK_API marks the functions the library exports.  The library is compiled with
+ * -fvisibility=hidden, so libshardckpt.so exports exactly these, and libshardckpt.a
+ * is one object whose other globals are local: no internal name can collide with one
+ * of the caller's.  Defined elsewhere first (e.g. empty), that definition is kept. */
+#ifndef SCK_API
+#if defined(__GNUC__) || defined(__clang__)
+#define SCK_API __attribute__((visibility("default")))
+#else
+#define SCK_API
+#endif
+#endif
+
 #define SCK_VERSION_MAJOR 0
 #define SCK_VERSION_MINOR 1
 #define SCK_VERSION_PATCH 0
@@ -81,12 +97,24 @@ typedef enum sck_status {
                                      replaced the checkpoint while it was being read */
 } sck_status;
 
+#if defined(__GNUC__) || defined(__clang__)
+#define SCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SCK_PRINTF(a, b)
+#endif
+
+/** Records `status` and a printf-formatted message as the calling thread's last error (what
+ *  sck_last_error() returns) and returns `status`, so that a communication backend (sck_comm_ops)
+ *  can write `return sck_err(SCK_ERR_COMM, "send to rank %d failed", r);`.  Messages longer than
+ *  1 KiB are shortened.  Never fails; allocates nothing the caller owns. */
+SCK_API int sck_err(int status, const char *fmt, ...) SCK_PRINTF(2, 3);
+
 /** Message describing the last error in the calling thread (never NULL; "" if none).
  *  The string is owned by the library and valid until the next failing call in this thread. */
-const char *sck_last_error(void);
+SCK_API const char *sck_last_error(void);
 
 /** Short constant name of a status code, e.g. "SCK_ERR_IO". */
-const char *sck_status_name(int status);
+SCK_API const char *sck_status_name(int status);
 
 /* ------------------------------------------------------------------------ */
 /* Data types                                                                */
@@ -112,17 +140,17 @@ typedef enum sck_dtype {
 } sck_dtype;
 
 /** Bytes per element of `dt`, or 0 for an invalid dtype. */
-size_t sck_dtype_size(sck_dtype dt);
+SCK_API size_t sck_dtype_size(sck_dtype dt);
 /** torch's name for `dt` ("float32", "bfloat16", "float8_e4m3fn", "complex64", "uint16", "bool" ...),
  *  or "?" for an invalid dtype. */
-const char *sck_dtype_name(sck_dtype dt);
+SCK_API const char *sck_dtype_name(sck_dtype dt);
 /** safetensors' name for `dt` ("F32", "F8_E4M3", "C64" ...), or NULL where safetensors has none
  *  (complex32/128, the float8 FNUZ variants, bits*) or `dt` is invalid. */
-const char *sck_dtype_safetensors_name(sck_dtype dt);
+SCK_API const char *sck_dtype_safetensors_name(sck_dtype dt);
 /** Parse a dtype name: torch names and aliases ("float32", "half", "cfloat", "float8_e5m2" ...) or
  *  safetensors names ("F32", "BF16", "F8_E4M3", "U64" ...).
  *  Returns SCK_OK and sets *out, or SCK_ERR_INVALID_ARG. */
-int sck_dtype_from_name(const char *name, sck_dtype *out);
+SCK_API int sck_dtype_from_name(const char *name, sck_dtype *out);
 
 /* ------------------------------------------------------------------------ */
 /* JSON-like values (for user data: step counters, RNG state, config ...)    */
@@ -142,67 +170,67 @@ typedef enum sck_value_kind {
 } sck_value_kind;
 
 /* Constructors return a new value owned by the caller, or NULL when out of memory. */
-sck_value *sck_value_null(void);
-sck_value *sck_value_bool(int b);
-sck_value *sck_value_int(int64_t i);
-sck_value *sck_value_float(double f);
+SCK_API sck_value *sck_value_null(void);
+SCK_API sck_value *sck_value_bool(int b);
+SCK_API sck_value *sck_value_int(int64_t i);
+SCK_API sck_value *sck_value_float(double f);
 /** Copies the NUL-terminated UTF-8 string `s`. */
-sck_value *sck_value_string(const char *s);
+SCK_API sck_value *sck_value_string(const char *s);
 /** Copies `n` bytes of `s` (may contain NUL). */
-sck_value *sck_value_string_n(const char *s, size_t n);
+SCK_API sck_value *sck_value_string_n(const char *s, size_t n);
 /** Copies `n` bytes of raw data. */
-sck_value *sck_value_bytes(const void *data, size_t n);
-sck_value *sck_value_list(void);
-sck_value *sck_value_dict(void);
+SCK_API sck_value *sck_value_bytes(const void *data, size_t n);
+SCK_API sck_value *sck_value_list(void);
+SCK_API sck_value *sck_value_dict(void);
 /** An empty tuple (fill it with sck_value_list_append). */
-sck_value *sck_value_tuple(void);
+SCK_API sck_value *sck_value_tuple(void);
 /** The integer written as decimal text `s` ("-?[0-9]+", no leading zeros); one that fits in int64
  *  comes back as SCK_VAL_INT.  NULL when out of memory or `s` is not such a number. */
-sck_value *sck_value_bigint(const char *s);
+SCK_API sck_value *sck_value_bigint(const char *s);
 /** Copies `n` (> 0) bytes of a pickle stream (a torch.save archive's data.pkl) as a PICKLE value.
  *  The bytes are not checked here; saving a state that holds one writes them as they are. */
-sck_value *sck_value_pickle(const void *data, size_t n);
+SCK_API sck_value *sck_value_pickle(const void *data, size_t n);
 
 /** Appends `item` to `list` (a list or tuple), taking ownership of `item` (also on failure, where it is freed).
  *  Errors: SCK_ERR_INVALID_ARG (not a list / NULL), SCK_ERR_NOMEM. */
-int sck_value_list_append(sck_value *list, sck_value *item);
+SCK_API int sck_value_list_append(sck_value *list, sck_value *item);
 /** Sets dict[key] = item, replacing (and freeing) any previous value; keeps insertion order.
  *  Takes ownership of `item` (also on failure).  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
-int sck_value_dict_set(sck_value *dict, const char *key, sck_value *item);
+SCK_API int sck_value_dict_set(sck_value *dict, const char *key, sck_value *item);
 
 /** Deep copy; NULL when out of memory. */
-sck_value *sck_value_clone(const sck_value *v);
+SCK_API sck_value *sck_value_clone(const sck_value *v);
 /** Frees `v` and everything it contains.  NULL is allowed. */
-void sck_value_free(sck_value *v);
+SCK_API void sck_value_free(sck_value *v);
 
 /* Accessors.  Pointers returned are borrowed from `v` and live as long as it does. */
-sck_value_kind sck_value_kind_of(const sck_value *v);
-int sck_value_get_bool(const sck_value *v);       /**< 0 unless a true bool */
-int64_t sck_value_get_int(const sck_value *v);    /**< 0 unless an int */
-double sck_value_get_float(const sck_value *v);   /**< floats, and ints converted; else 0 */
+SCK_API sck_value_kind sck_value_kind_of(const sck_value *v);
+SCK_API int sck_value_get_bool(const sck_value *v);       /**< 0 unless a true bool */
+SCK_API int64_t sck_value_get_int(const sck_value *v);    /**< 0 unless an int */
+SCK_API double sck_value_get_float(const sck_value *v);   /**< floats, and ints converted; else 0 */
 /** String, bytes, bigint (decimal) or pickle data (NUL-terminated for convenience) and its length in
  *  *n (may be NULL); NULL for other kinds. */
-const char *sck_value_get_string(const sck_value *v, size_t *n);
+SCK_API const char *sck_value_get_string(const sck_value *v, size_t *n);
 /** Number of items of a list, tuple or dict; 0 otherwise. */
-size_t sck_value_len(const sck_value *v);
+SCK_API size_t sck_value_len(const sck_value *v);
 /** i-th item of a list / tuple or i-th value of a dict (insertion order); NULL if out of range. */
-sck_value *sck_value_at(const sck_value *v, size_t i);
+SCK_API sck_value *sck_value_at(const sck_value *v, size_t i);
 /** i-th key of a dict; NULL if out of range. */
-const char *sck_value_key_at(const sck_value *v, size_t i);
+SCK_API const char *sck_value_key_at(const sck_value *v, size_t i);
 /** Value of `key` in a dict; NULL if absent or not a dict. */
-sck_value *sck_value_dict_get(const sck_value *v, const char *key);
+SCK_API sck_value *sck_value_dict_get(const sck_value *v, const char *key);
 /** 1 if a and b are deeply equal (floats compared bitwise; a tuple never equals a list; pickles
  *  compare by their bytes), else 0. */
-int sck_value_equal(const sck_value *a, const sck_value *b);
+SCK_API int sck_value_equal(const sck_value *a, const sck_value *b);
 
 /** Serializes `v` as compact JSON into a new NUL-terminated string owned by the caller (free()).
  *  Bytes become {"__bytes__": "<hex>"}, pickles {"__pickle__": "<hex>"}, tuples arrays, big ints
  *  plain JSON numbers; non-finite floats become NaN/Infinity/-Infinity.
  *  Returns NULL when out of memory. */
-char *sck_value_to_json(const sck_value *v);
+SCK_API char *sck_value_to_json(const sck_value *v);
 /** Parses JSON text of `n` bytes into *out (owned by the caller).
  *  Errors: SCK_ERR_FORMAT (message gives the byte offset), SCK_ERR_NOMEM. */
-int sck_value_from_json(const char *text, size_t n, sck_value **out);
+SCK_API int sck_value_from_json(const char *text, size_t n, sck_value **out);
 
 /* ------------------------------------------------------------------------ */
 /* Communicators                                                             */
@@ -229,19 +257,19 @@ typedef struct sck_comm_ops {
 } sck_comm_ops;
 
 /** Wraps a backend.  The ops table must outlive the comm.  Returns NULL when out of memory. */
-sck_comm *sck_comm_create(const sck_comm_ops *ops, void *ctx, int rank, int size);
+SCK_API sck_comm *sck_comm_create(const sck_comm_ops *ops, void *ctx, int rank, int size);
 /** A communicator of one rank (rank 0 of 1).  Returns NULL when out of memory. */
-sck_comm *sck_comm_single(void);
+SCK_API sck_comm *sck_comm_single(void);
 /** Frees a communicator (calls the backend's destroy).  NULL is allowed. */
-void sck_comm_free(sck_comm *comm);
-int sck_comm_rank(const sck_comm *comm);
-int sck_comm_size(const sck_comm *comm);
+SCK_API void sck_comm_free(sck_comm *comm);
+SCK_API int sck_comm_rank(const sck_comm *comm);
+SCK_API int sck_comm_size(const sck_comm *comm);
 
 /** Collective: every rank passes its own status (message in sck_last_error()).  Every rank
  *  returns the status of the lowest-numbered failing rank, its message prefixed "rank R: ",
  *  or SCK_OK if all succeeded.  Use it before any collective that a local failure would skip.
  *  Errors also: SCK_ERR_COMM, SCK_ERR_NOMEM. */
-int sck_comm_agree(sck_comm *comm, int status);
+SCK_API int sck_comm_agree(sck_comm *comm, int status);
 
 /** Threads backend: runs fn(comm, arg) on `nranks` threads, each with its own
  *  communicator of rank r of nranks, and waits for all.  The communicators
@@ -249,7 +277,7 @@ int sck_comm_agree(sck_comm *comm, int status);
  *  SCK_OK, otherwise the status returned by the lowest failing rank.
  *  Errors also: SCK_ERR_INVALID_ARG (nranks < 1), SCK_ERR_NOMEM, SCK_ERR_COMM
  *  (a thread could not be started). */
-int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg);
+SCK_API int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg);
 
 /* ------------------------------------------------------------------------ */
 /* State                                                                     */
@@ -258,9 +286,9 @@ int sck_threads_run(int nranks, int (*fn)(sck_comm *comm, void *arg), void *arg)
 typedef struct sck_state sck_state;
 
 /** A new empty state, or NULL when out of memory.  Free with sck_state_free. */
-sck_state *sck_state_new(void);
+SCK_API sck_state *sck_state_new(void);
 /** Frees the state and the blobs/values it holds.  Never frees tensor buffers.  NULL allowed. */
-void sck_state_free(sck_state *st);
+SCK_API void sck_state_free(sck_state *st);
 
 /**
  * Adds a box of tensor `key` held by this rank: the n-d block at `offsets`
@@ -273,7 +301,7 @@ void sck_state_free(sck_state *st);
  * range, box outside shape, boxes of one key overlapping on this rank),
  * SCK_ERR_MISMATCH (dtype/shape differ from earlier calls for key), SCK_ERR_NOMEM.
  */
-int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+SCK_API int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
                       const int64_t *shape, const int64_t *offsets, const int64_t *sizes,
                       void *data);
 
@@ -283,7 +311,7 @@ int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
  * `count` elements.  Internally the range is split into at most 2*ndim-1 boxes,
  * which is how it is stored on disk.  Errors as sck_state_add_box.
  */
-int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+SCK_API int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim,
                        const int64_t *shape, int64_t begin, int64_t count, void *data);
 
 /**
@@ -291,7 +319,7 @@ int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim
  * rather than once per rank; every rank receives all of it on load.
  * Errors as sck_state_add_box.
  */
-int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim,
+SCK_API int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim,
                              const int64_t *shape, void *data);
 
 /**
@@ -301,7 +329,7 @@ int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, in
  * lowest rank's copy is kept.
  * Errors: SCK_ERR_INVALID_ARG (duplicate key), SCK_ERR_NOMEM.
  */
-int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n);
+SCK_API int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n);
 
 /**
  * Adds a JSON-like value, taking ownership of `v` (also on failure).  For load,
@@ -309,7 +337,7 @@ int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t 
  * Values are replicated like blobs.
  * Errors: SCK_ERR_INVALID_ARG (duplicate key), SCK_ERR_NOMEM.
  */
-int sck_state_add_value(sck_state *st, const char *key, sck_value *v);
+SCK_API int sck_state_add_value(sck_state *st, const char *key, sck_value *v);
 
 /**
  * Sets the path of entry `key` (added before) in the nested state dict its
@@ -326,23 +354,23 @@ int sck_state_add_value(sck_state *st, const char *key, sck_value *v);
  * Errors: SCK_ERR_INVALID_ARG (no such entry; not such a list; the
  * elements do not make the key), SCK_ERR_NOMEM.
  */
-int sck_state_set_path(sck_state *st, const char *key, const sck_value *path);
+SCK_API int sck_state_set_path(sck_state *st, const char *key, const sck_value *path);
 
 /** After sck_load: the blob of `key` (borrowed, valid until the state is freed).
  *  Errors: SCK_ERR_MISSING_KEY (not requested, or not found in a non-strict load). */
-int sck_state_blob(const sck_state *st, const char *key, const void **data, size_t *n);
+SCK_API int sck_state_blob(const sck_state *st, const char *key, const void **data, size_t *n);
 /** After sck_load: the value of `key` (borrowed), or NULL if absent. */
-const sck_value *sck_state_value(const sck_state *st, const char *key);
+SCK_API const sck_value *sck_state_value(const sck_state *st, const char *key);
 
 /** Number of entries (distinct keys) in the state. */
-size_t sck_state_count(const sck_state *st);
+SCK_API size_t sck_state_count(const sck_state *st);
 /** Key of the i-th entry (insertion order), or NULL. */
-const char *sck_state_key(const sck_state *st, size_t i);
+SCK_API const char *sck_state_key(const sck_state *st, size_t i);
 /** After sck_load: 1 if `key` was found in the checkpoint and loaded, else 0. */
-int sck_state_loaded(const sck_state *st, const char *key);
+SCK_API int sck_state_loaded(const sck_state *st, const char *key);
 /** After sck_load: keys present in the checkpoint but not requested.  Returns
  *  their number; *keys (borrowed, may be NULL) receives the array. */
-size_t sck_state_unexpected(const sck_state *st, const char *const **keys);
+SCK_API size_t sck_state_unexpected(const sck_state *st, const char *const **keys);
 
 /* ------------------------------------------------------------------------ */
 /* Save and load                                                             */
@@ -422,7 +450,7 @@ typedef struct sck_save_opts {
  * SCK_ERR_MISMATCH, SCK_ERR_COVERAGE, SCK_ERR_IO, SCK_ERR_NOMEM,
  * SCK_ERR_COMM, SCK_ERR_PEER.
  */
-int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
+SCK_API int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 
 /**
  * Asynchronous save: a handle that runs one save at a time in the
@@ -430,12 +458,12 @@ int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_sav
  * its snapshot memory between saves.  Returns NULL when out of memory.
  */
 typedef struct sck_async sck_async;
-sck_async *sck_async_new(void);
+SCK_API sck_async *sck_async_new(void);
 /** Frees the handle and its snapshot memory.  If a save is still pending
  *  (sck_wait not called), waits for this rank's file writing and abandons
  *  the save: nothing is published, and the next save into the same `dir`
  *  removes what it left.  NULL is allowed. */
-void sck_async_free(sck_async *a);
+SCK_API void sck_async_free(sck_async *a);
 
 /**
  * Starts saving `st` like sck_save (same arguments, checks, atomicity and
@@ -470,7 +498,7 @@ void sck_async_free(sck_async *a);
  * `a`).  On error no save is pending.  Every later error (SCK_ERR_MISMATCH,
  * SCK_ERR_COVERAGE, I/O, commit) is returned by sck_wait.
  */
-int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
+SCK_API int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_state *st, const sck_save_opts *opts);
 
 /**
  * Waits for the pending save of `a`, then completes it collectively (offsets
@@ -479,7 +507,7 @@ int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_stat
  * save pending it returns SCK_OK at once.  The handle can then start the
  * next save.
  */
-int sck_wait(sck_async *a);
+SCK_API int sck_wait(sck_async *a);
 
 typedef struct sck_load_opts {
     /** Bit set of SCK_LOAD_* flags. */
@@ -551,7 +579,7 @@ typedef struct sck_load_opts {
  * are not wrong, the checkpoint changed; load again), SCK_ERR_FORMAT,
  * SCK_ERR_UNSUPPORTED, SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.
  */
-int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts);
+SCK_API int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts *opts);
 
 /* ------------------------------------------------------------------------ */
 /* Full (consolidated) checkpoints: safetensors and Hugging Face layouts      */
@@ -605,7 +633,7 @@ typedef struct sck_full_opts {
  * so the file is then the new, complete one); an HF directory is left without
  * an index, so it is never taken for a complete checkpoint.
  */
-int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const sck_full_opts *opts);
+SCK_API int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const sck_full_opts *opts);
 
 /* ------------------------------------------------------------------------ */
 /* Reading what a checkpoint holds (no communicator needed)                  */
@@ -640,26 +668,26 @@ typedef struct sck_chunk_info {
  *  caller (sck_ckpt_close).  Reads check CRC-32Cs where `.metadata` records them.
  *  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM,
  *  SCK_ERR_COVERAGE (saved chunks of a tensor overlap). */
-int sck_ckpt_open(const char *dir, sck_ckpt **out);
-void sck_ckpt_close(sck_ckpt *ck);
+SCK_API int sck_ckpt_open(const char *dir, sck_ckpt **out);
+SCK_API void sck_ckpt_close(sck_ckpt *ck);
 /** Number of entries, sorted by key. */
-size_t sck_ckpt_count(const sck_ckpt *ck);
+SCK_API size_t sck_ckpt_count(const sck_ckpt *ck);
 /** Fills *info for entry i.  Errors: SCK_ERR_INVALID_ARG (i out of range). */
-int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info);
+SCK_API int sck_ckpt_entry(const sck_ckpt *ck, size_t i, sck_entry_info *info);
 /** Fills *info for chunk j of entry i.  Errors: SCK_ERR_INVALID_ARG. */
-int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info);
+SCK_API int sck_ckpt_chunk(const sck_ckpt *ck, size_t i, size_t j, sck_chunk_info *info);
 /** Index of `key`, or -1. */
-long sck_ckpt_find(const sck_ckpt *ck, const char *key);
+SCK_API long sck_ckpt_find(const sck_ckpt *ck, const char *key);
 /** The path of entry i in the nested state dict (see sck_state_set_path):
  *  from `.metadata`'s planner_data where it records one, else the key's
  *  default path; [key] for a `meta.pt` entry.
  *  *out is a new list value owned by the caller (sck_value_free).
  *  Errors: SCK_ERR_INVALID_ARG (i out of range), SCK_ERR_NOMEM. */
-int sck_ckpt_entry_path(const sck_ckpt *ck, size_t i, sck_value **out);
+SCK_API int sck_ckpt_entry_path(const sck_ckpt *ck, size_t i, sck_value **out);
 /** Reads the box (offsets, sizes) of tensor entry i into `dst` (row-major,
  *  caller-owned, product(sizes)*elem bytes), from whichever chunks overlap it.
  *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_COVERAGE, SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
-int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst);
+SCK_API int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int64_t *sizes, void *dst);
 /** What sck_ckpt_verify checked. */
 typedef struct sck_verify_stats {
     uint64_t entries;         /**< entries checked */
@@ -678,7 +706,7 @@ typedef struct sck_verify_stats {
  *  be NULL.  Errors: SCK_ERR_COVERAGE (overlap or hole: names the tensor),
  *  SCK_ERR_CHECKSUM, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_IO (each
  *  naming the file, key and item offset), SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG. */
-int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats);
+SCK_API int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats);
 
 /** Reads byte entry i.  If it is a torch.save archive of a Python object, *value
  *  receives it and *data is NULL: plain values (int of any size, float, str,
@@ -690,7 +718,7 @@ int sck_ckpt_verify(sck_ckpt *ck, sck_verify_stats *stats);
  *  PICKLE item gets the item's bytes.
  *  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_FORMAT (a damaged pickle or archive),
  *  SCK_ERR_IO, SCK_ERR_NOMEM. */
-int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value);
+SCK_API int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value);
 
 #ifdef __cplusplus
 }

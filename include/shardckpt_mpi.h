@@ -49,13 +49,13 @@ extern "C" {
  *  ownership of `c`.  Returns the new communicator, owned by the caller, or NULL with
  *  the reason in sck_last_error(): MPI not initialized, `c` is MPI_COMM_NULL, an MPI
  *  call failed (its error string), or out of memory. */
-sck_comm *sck_comm_mpi(MPI_Comm c);
+SCK_API sck_comm *sck_comm_mpi(MPI_Comm c);
 
 /** Like sck_comm_mpi, but one MPI collective moves at most `max_message` bytes into a rank
  *  (values above INT_MAX are lowered to INT_MAX; an all-gather still moves at least one byte
  *  per rank per round): larger transfers are split into rounds.  For MPI stacks with smaller
  *  message limits, and to exercise the splitting in tests.  Errors as sck_comm_mpi. */
-sck_comm *sck_comm_mpi_chunked(MPI_Comm c, size_t max_message);
+SCK_API sck_comm *sck_comm_mpi_chunked(MPI_Comm c, size_t max_message);
 
 #ifdef __cplusplus
 }

@@ -9,15 +9,9 @@
 
 #include "shardckpt.h"
 
-#if defined(__GNUC__) || defined(__clang__)
-#define SCK_PRINTF(a, b) __attribute__((format(printf, a, b)))
-#else
-#define SCK_PRINTF(a, b)
-#endif
 
-/* Records `status` and a formatted message as this thread's last error and returns `status`,
- * so callers can write `return sck_err(SCK_ERR_FORMAT, "%s: bad magic at offset %llu", path, off);`. */
-int sck_err(int status, const char *fmt, ...) SCK_PRINTF(2, 3);
+/* sck_err (record `status` and a formatted message as this thread's last error, return `status`)
+ * is public, for communication backends: include/shardckpt.h. */
 /* Like sck_err but appends ": strerror(errno_value)". */
 int sck_err_errno(int status, int errno_value, const char *fmt, ...) SCK_PRINTF(3, 4);
 /* Prefixes the current message with "<prefix>: " (keeps the status), returns `status`. */
