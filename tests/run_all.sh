@@ -2,6 +2,8 @@
 # run_all.sh - the whole test suite behind `make test`:
 #   1. C unit/integration tests (optimized build)
 #   1b. layout: files by layer, each layer calling only downward (tests/check_layout.py)
+#   1c. link: the libraries export only what include/*.h declares; a program with its own write_file, plan_build...
+#       links and runs against the static and the shared library (tests/link/run.sh)
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. interop with the real PyTorch DCP through the CLI: Debian 12's torch 1.13 and Debian 13's torch 2.6 in a
 #      trixie chroot (tests/interop/torch26_root.sh builds it on the first run and reuses it after)
@@ -38,6 +40,11 @@ count "C tests"
 echo "== layout (tests/check_layout.py: layers call only downward)"
 $PYTHON tests/check_layout.py "$B" > "$log" 2>&1 || status=1
 count "layout"
+
+echo "== link (tests/link/run.sh: exported symbols, a program's own names never clash)"
+$MAKE --no-print-directory BUILD="$B" mpi > "$log" 2>&1 || status=1
+sh tests/link/run.sh "$B" > "$log" 2>&1 || status=1
+count "link"
 
 echo "== C tests under ASan+UBSan (build-asan/)"
 if $MAKE --no-print-directory test-asan > "$log" 2>&1; then
