@@ -71,6 +71,15 @@ extern "C" {
 #define SCK_VERSION_MAJOR 0
 #define SCK_VERSION_MINOR 1
 #define SCK_VERSION_PATCH 0
+#define SCK_VERSION_STR2_(x) #x
+#define SCK_VERSION_STR_(a, b, c) SCK_VERSION_STR2_(a) "." SCK_VERSION_STR2_(b) "." SCK_VERSION_STR2_(c)
+/** The version of this header, "MAJOR.MINOR.PATCH" ("0.1.0"). */
+#define SCK_VERSION_STRING SCK_VERSION_STR_(SCK_VERSION_MAJOR, SCK_VERSION_MINOR, SCK_VERSION_PATCH)
+
+/** The version of the library linked at run time, "MAJOR.MINOR.PATCH": compare it with
+ *  SCK_VERSION_STRING to find a shared library older or newer than the header a program was
+ *  built with.  The string is static, owned by the library; never fails. */
+SCK_API const char *sck_version(void);
 
 /** Most tensor dimensions supported. */
 #define SCK_MAX_DIMS 16
@@ -386,7 +395,7 @@ typedef struct sck_save_opts {
      *  which are copied too.  This bounds the extra memory of sck_save to
      *  about 2 x staging_mib per rank. */
     unsigned staging_mib;
-    /** Reserved, must be 0. */
+    /** Reserved, must be 0 (sck_save and sck_save_async reject a nonzero one with SCK_ERR_INVALID_ARG naming it). */
     unsigned reserved[6];
 } sck_save_opts;
 
@@ -512,6 +521,7 @@ SCK_API int sck_wait(sck_async *a);
 typedef struct sck_load_opts {
     /** Bit set of SCK_LOAD_* flags. */
     unsigned flags;
+    /** Reserved, must be 0 (sck_load rejects a nonzero one with SCK_ERR_INVALID_ARG naming it). */
     unsigned reserved[7];
 } sck_load_opts;
 
@@ -601,7 +611,7 @@ typedef struct sck_full_opts {
     /** HF layout: most tensor bytes per file (headers not counted); a larger tensor gets a file of
      *  its own.  0 means 5 GB (5e9 bytes), transformers' default "5GB". */
     uint64_t max_shard_bytes;
-    /** Reserved, must be 0. */
+    /** Reserved, must be 0 (sck_save_full rejects a nonzero one with SCK_ERR_INVALID_ARG naming it). */
     unsigned reserved[6];
 } sck_full_opts;
 

@@ -547,7 +547,7 @@ TEST(full_save_errors_are_agreed_and_leave_no_files) {
     CHECK_ERR(sck_save_full(NULL, c.path, st, &o), SCK_ERR_INVALID_ARG, "unknown format 7");
     o.format = SCK_FULL_SAFETENSORS;
     o.reserved[2] = 1;
-    CHECK_ERR(sck_save_full(NULL, c.path, st, &o), SCK_ERR_INVALID_ARG, "reserved field 2");
+    CHECK_ERR(sck_save_full(NULL, c.path, st, &o), SCK_ERR_INVALID_ARG, "sck_full_opts.reserved[2] is 1, must be 0");
     CHECK_ERR(sck_save_full(NULL, "", st, NULL), SCK_ERR_INVALID_ARG, "empty path");
     sck_state_free(st);
 }

@@ -41,7 +41,7 @@ int main(int argc, char **argv) {
         return argc < 2 ? 2 : 0;
     }
     if (!strcmp(argv[1], "--version")) {
-        printf("shardckpt %d.%d.%d\n", SCK_VERSION_MAJOR, SCK_VERSION_MINOR, SCK_VERSION_PATCH);
+        printf("shardckpt %s\n", sck_version());
         return 0;
     }
     for (size_t i = 0; i < sizeof COMMANDS / sizeof COMMANDS[0]; i++)

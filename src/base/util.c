@@ -20,6 +20,14 @@ const char *sck_last_error(void) { return g_errmsg; }
 
 void sck_err_clear(void) { g_errmsg[0] = 0; }
 
+const char *sck_version(void) { return SCK_VERSION_STRING; }
+
+int sck_check_reserved(const char *what, const unsigned *reserved, size_t n) {
+    for (size_t i = 0; i < n; i++)
+        if (reserved[i]) return sck_err(SCK_ERR_INVALID_ARG, "%s.reserved[%zu] is %u, must be 0", what, i, reserved[i]);
+    return SCK_OK;
+}
+
 void sck_err_set_raw(const char *msg) { snprintf(g_errmsg, sizeof g_errmsg, "%s", msg ? msg : ""); }
 
 /* Room for a message before it is fitted: paths are at most PATH_MAX (4096) and a message names a few. */

@@ -19,6 +19,9 @@ int sck_err_wrap(int status, const char *fmt, ...) SCK_PRINTF(2, 3);
 /* Sets the last error verbatim (used to replicate a peer's error). */
 void sck_err_set_raw(const char *msg);
 void sck_err_clear(void);
+/* SCK_ERR_INVALID_ARG naming the first nonzero entry of an option struct's `reserved` array
+ * ("sck_load: sck_load_opts.reserved[2] is 5, must be 0"), else SCK_OK.  `what` is "fn: struct". */
+int sck_check_reserved(const char *what, const unsigned *reserved, size_t n);
 
 /* Growable byte buffer.  All functions return SCK_OK or SCK_ERR_NOMEM. */
 typedef struct sck_buf {

@@ -346,6 +346,7 @@ int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts
         bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: unknown flags 0x%x", flags);
     else if ((flags & SCK_LOAD_DIRECT_IO) && (flags & SCK_LOAD_BUFFERED_IO))
         bad = sck_err(SCK_ERR_INVALID_ARG, "sck_load: SCK_LOAD_DIRECT_IO and SCK_LOAD_BUFFERED_IO together");
+    else if (opts) bad = sck_check_reserved("sck_load: sck_load_opts", opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]);
     /* A bad argument on one rank must reach the others, which are already in the first collective. */
     if (bad) return comm ? comm_agree(comm, bad) : bad;
     if (comm) return load_collective(comm, dir, st, flags);

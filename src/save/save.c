@@ -330,6 +330,7 @@ int sck_save(sck_comm *comm, const char *dir, const sck_state *st, const sck_sav
     int bad = SCK_OK;
     if (!dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save: NULL or empty directory or state");
     else if (opts && opts->flags & ~SAVE_FLAGS) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save: unknown flags 0x%x", opts->flags);
+    else if (opts) bad = sck_check_reserved("sck_save: sck_save_opts", opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]);
     if (bad) return comm ? save_fail_collectively(comm, bad) : bad;
     sck_comm *single = NULL;
     if (!comm && !(comm = single = sck_comm_single())) return sck_err(SCK_ERR_NOMEM, "out of memory");

@@ -88,6 +88,8 @@ int sck_save_async(sck_async *a, sck_comm *comm, const char *dir, const sck_stat
     unsigned flags = opts ? opts->flags : 0;
     if (!a || !dir || !*dir || !st) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: NULL handle, directory or state, or empty directory");
     else if (flags & ~ASYNC_FLAGS) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: unknown flags 0x%x", flags);
+    else if (opts && sck_check_reserved("sck_save_async: sck_save_opts", opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]))
+        bad = SCK_ERR_INVALID_ARG;
     else if (a->pending) bad = sck_err(SCK_ERR_INVALID_ARG, "sck_save_async: a save is already pending on this handle; call sck_wait first");
     if (bad) return comm ? save_fail_collectively(comm, bad) : bad;
     if (!comm) {

@@ -249,8 +249,8 @@ int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const s
     if (o.format != SCK_FULL_SAFETENSORS && o.format != SCK_FULL_HF_SHARDED)
         return sck_err(SCK_ERR_INVALID_ARG, "sck_save_full: unknown format %d", (int)o.format);
     if (o.flags & ~SCK_SAVE_NO_FSYNC) return sck_err(SCK_ERR_INVALID_ARG, "sck_save_full: unknown flags 0x%x", o.flags);
-    for (size_t i = 0; i < sizeof o.reserved / sizeof o.reserved[0]; i++)
-        if (o.reserved[i]) return sck_err(SCK_ERR_INVALID_ARG, "sck_save_full: reserved field %zu is not 0", i);
+    int bad = sck_check_reserved("sck_save_full: sck_full_opts", o.reserved, sizeof o.reserved / sizeof o.reserved[0]);
+    if (bad) return bad;
     if (comm) return save_full_collective(comm, path, st, &o);
     sck_comm *single = sck_comm_single();
     if (!single) return sck_err(SCK_ERR_NOMEM, "out of memory");
