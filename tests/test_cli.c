@@ -10,6 +10,7 @@
 
 #include "harness.h"
 #include "base/util.h"
+#include "format/torch_item.h"
 #include "io/storage.h"
 
 static const char *cli_bin(void) {
@@ -620,4 +621,56 @@ TEST(cli_convert_selects_and_renames_keys) {
     CHECK(access(tpath("bad.safetensors"), F_OK) != 0);
     /* selection is for exports */
     CHECK(RUN(args_of("convert %s %s --to dcp --include 'model.*'", f.dir, tpath("d"))) == 2);
+}
+
+/* ---- inspect of torch.save .pt files ---- */
+
+/* A torch.save archive "t/" of data.pkl `pkl` and, if payload, one storage data/0. */
+static void write_pt(const char *path, const sck_buf *pkl, const void *payload, size_t n) {
+    zip_entry e[3];
+    size_t ne;
+    ti_entries(e, &ne, pkl, sck_crc32(0, pkl->data, pkl->len), payload, n, payload ? sck_crc32(0, payload, n) : 0);
+    sck_buf z;
+    sck_buf_init(&z);
+    FILE *fp = fopen(path, "wb");
+    if (zip_build_mem(&z, e, ne, "t", 64) || !fp || fwrite(z.data, 1, z.len, fp) != z.len) th_fail(__FILE__, __LINE__, "write_pt");
+    if (fp) fclose(fp);
+    sck_buf_free(&z);
+}
+
+TEST(cli_inspect_of_a_torch_save_file) {
+    sck_buf pkl;
+    sck_buf_init(&pkl);
+    int64_t shape[2] = {2, 3};
+    float w[6] = {0};
+    REQUIRE_OK(ti_encode_tensor_pkl(&pkl, SCK_F32, 2, shape));
+    write_pt(tpath("w.pt"), &pkl, w, sizeof w);
+    CHECK(RUN(args_of("inspect %s%s", tpath("w.pt"), "")) == 0);
+    CHECK(strstr(g_out, "torch.save archive (t/), 1 tensors (24 B), 0 values") &&
+          strstr(g_out, "(root)  float32 [2, 3]  24 B  (storage data/0, offset 0)"));
+    /* a storage smaller than the tensor it backs is refused by key */
+    write_pt(tpath("short.pt"), &pkl, w, 8);
+    CHECK(RUN(args_of("inspect %s%s", tpath("short.pt"), "")) == 1);
+    CHECK(strstr(g_err, "storage t/data/0 holds 8 bytes, 24 declared") != NULL);
+    /* plain values by key path */
+    sck_value *d = sck_value_dict(), *l = sck_value_list();
+    REQUIRE(d && l);
+    CHECK_OK(sck_value_list_append(l, sck_value_string("x")));
+    CHECK_OK(sck_value_list_append(l, sck_value_float(0.1)));
+    CHECK_OK(sck_value_dict_set(d, "step", sck_value_int(-4)));
+    CHECK_OK(sck_value_dict_set(d, "cfg", l));
+    pkl.len = 0;
+    REQUIRE_OK(ti_encode_value_pkl(&pkl, d));
+    sck_value_free(d);
+    write_pt(tpath("v.pt"), &pkl, NULL, 0);
+    CHECK(RUN(args_of("inspect %s%s", tpath("v.pt"), "")) == 0);
+    CHECK(strstr(g_out, "0 tensors (0 B), 3 values") && strstr(g_out, "  step = -4  (int)") &&
+          strstr(g_out, "  cfg.0 = 'x'  (str)") && strstr(g_out, "  cfg.1 = 0.1  (float)"));
+    /* a pickle calling os.system is refused by name and never run */
+    sck_buf_free(&pkl);
+    const char evil[] = "\x80\x02" "cos\nsystem\n" "X\x04\x00\x00\x00" "true\x85R.";
+    sck_buf e = {(uint8_t *)evil, sizeof evil - 1, sizeof evil - 1};
+    write_pt(tpath("evil.pt"), &e, NULL, 0);
+    CHECK(RUN(args_of("inspect %s%s", tpath("evil.pt"), "")) == 1);
+    CHECK(strstr(g_err, "evil.pt: t/data.pkl") && strstr(g_err, "global os.system is not allowed"));
 }
