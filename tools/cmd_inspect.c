@@ -15,6 +15,8 @@ static const char *const USAGE =
     "\n"
     "Shows what a checkpoint holds: a DCP directory, a .safetensors file or a Hugging Face\n"
     "sharded directory.  Reads metadata and headers, and the (small) items of Python values.\n"
+    "PATH may also be a torch.save .pt file: its tensors (key path, dtype, shape, size, storage)\n"
+    "and plain values, read without running its pickle (other globals, e.g. os.system, refused).\n"
     "\n"
     "  (default)   a tree of keys grouped by dotted prefix: each group with its total size,\n"
     "              each tensor with dtype, global shape, size and number of saved chunks, each\n"
