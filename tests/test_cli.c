@@ -4,11 +4,13 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "base/util.h"
+#include "format/torch_item.h"
 #include "io/storage.h"
 
 static const char *cli_bin(void) {
@@ -341,12 +343,12 @@ TEST(cli_progress_bar_only_when_asked_or_on_a_tty) {
     fixture f;
     make_fixture(&f, tpath("ck"));
     char a[PATH_MAX * 2];
-    snprintf(a, sizeof a, "convert %s %s", f.dir, tpath("p.safetensors"));
+    snprintf(a, sizeof a, "convert %s %s --force", f.dir, tpath("p.safetensors"));
     CHECK(run_cli(NULL, a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
     CHECK(g_err[0] == 0);
     CHECK(run_cli("SHARDCKPT_PROGRESS=always", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
     CHECK(strstr(g_err, "converting [") && strstr(g_err, "100%") && strstr(g_err, "147 B / 147 B"));
-    snprintf(a, sizeof a, "convert %s %s --to dcp --ranks 2", f.dir, tpath("p2"));
+    snprintf(a, sizeof a, "convert %s %s --to dcp --ranks 2 --force", f.dir, tpath("p2"));
     CHECK(run_cli("SHARDCKPT_PROGRESS=always", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
     CHECK(strstr(g_err, "writing [") && strstr(g_err, "294 B / 294 B"));
     CHECK(run_cli("SHARDCKPT_PROGRESS=never", a, g_out, sizeof g_out, g_err, sizeof g_err) == 0);
@@ -502,4 +504,173 @@ TEST(cli_verify_passes_a_good_checkpoint_and_names_a_corrupt_item) {
     CHECK(RUN(args_of("verify '%s'%s", dir, "")) == 1);
     CHECK(strstr(g_err, "__1_0.distcp") != NULL);
     CHECK(strstr(g_err, "model.layers.0.weight") != NULL);
+}
+
+/* ---- convert: existing outputs and --force ---- */
+
+/* For each output kind: a second convert into it is refused (naming the path and --force) and leaves
+ * it byte for byte as it was; with --force it holds the new checkpoint and no temporary file is left;
+ * --force never replaces an output of another kind. */
+TEST(cli_convert_refuses_an_existing_output_unless_forced) {
+    fixture f, g;
+    make_fixture(&f, tpath("ck"));
+    make_variant(&g, tpath("var"));
+    const char *to[3] = {"dcp", "safetensors", "hf"}, *out[3] = {tpath("o_dcp"), tpath("o.safetensors"), tpath("o_hf")};
+    const char *marker[3] = {".metadata", "", "model.safetensors.index.json"};
+    for (int k = 0; k < 3; k++) {
+        char a[PATH_MAX * 2 + 64], m[PATH_MAX], ref[PATH_MAX];
+        snprintf(a, sizeof a, "convert %s %s --to %s", f.dir, out[k], to[k]);
+        REQUIRE(RUN(a) == 0);
+        snprintf(m, sizeof m, "%s%s%s", out[k], k == 1 ? "" : "/", marker[k]);
+        snprintf(ref, sizeof ref, "%s.ref", out[k]);
+        uint8_t *d;
+        size_t n;
+        REQUIRE_OK(sck_read_file(m, &d, &n));
+        FILE *fp = fopen(ref, "wb");
+        REQUIRE(fp && fwrite(d, 1, n, fp) == n);
+        fclose(fp);
+        free(d);
+        snprintf(a, sizeof a, "convert %s %s --to %s", g.dir, out[k], to[k]);
+        CHECK(RUN(a) == 1);
+        CHECK(strstr(g_err, out[k]) && strstr(g_err, "already exists") && strstr(g_err, "pass --force"));
+        CHECK(file_equal(m, ref));
+        CHECK(RUN(args_of("diff %s %s", f.dir, out[k])) == 0);
+        snprintf(a, sizeof a, "convert %s %s --to %s --force", g.dir, out[k], to[k]);
+        CHECK(RUN(a) == 0);
+        CHECK(RUN(args_of("diff %s %s", g.dir, out[k])) == 0);
+        CHECK(strstr(g_out, "identical") != NULL);
+        snprintf(m, sizeof m, "%s.tmp", out[k]);
+        CHECK(access(m, F_OK) != 0);
+        /* another kind is not replaced, even with --force */
+        snprintf(a, sizeof a, "convert %s %s --to %s --force", f.dir, out[k], to[(k + 1) % 3]);
+        CHECK(RUN(a) == 1);
+        CHECK(strstr(g_err, out[k]) && strstr(g_err, "same kind"));
+        CHECK(RUN(args_of("diff %s %s", g.dir, out[k])) == 0);
+    }
+    /* an empty directory is no output yet; a directory of other files is never replaced */
+    const char *empty = tpath("empty"), *other = tpath("other");
+    REQUIRE(mkdir(empty, 0755) == 0 && mkdir(other, 0755) == 0);
+    CHECK(RUN(args_of("convert %s %s --to hf", f.dir, empty)) == 0);
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s/notes.txt", other);
+    FILE *fp = fopen(p, "w");
+    REQUIRE(fp != NULL);
+    fclose(fp);
+    CHECK(RUN(args_of("convert %s %s --to hf --force", f.dir, other)) == 1);
+    CHECK(strstr(g_err, "is a directory, not what --to hf writes") != NULL);
+    CHECK(access(p, F_OK) == 0);
+}
+
+/* ---- convert: --include / --exclude / --strip-prefix ---- */
+
+/* "k1,k2,..." of the entries of path, in its order. */
+static void keys_of(const char *path, char *buf, size_t cap) {
+    sck_ckpt *ck;
+    buf[0] = 0;
+    if (sck_ckpt_open(path, &ck)) {
+        th_fail(__FILE__, __LINE__, sck_last_error());
+        return;
+    }
+    for (size_t i = 0; i < sck_ckpt_count(ck); i++) {
+        sck_entry_info e;
+        if (sck_ckpt_entry(ck, i, &e) == 0) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%s", i ? "," : "", e.key);
+    }
+    sck_ckpt_close(ck);
+}
+
+TEST(cli_convert_selects_and_renames_keys) {
+    fixture f;
+    make_fixture(&f, tpath("ck"));
+    const char *st = tpath("sel.safetensors"), *st2 = tpath("sel2.safetensors"), *hf = tpath("selhf");
+    const char *sel = "--include 'model.*' --exclude '*.mask' --exclude 'model.ids' --strip-prefix model.";
+    char a[PATH_MAX * 2 + 256], keys[1024];
+    snprintf(a, sizeof a, "convert %s %s %s", f.dir, st, sel);
+    REQUIRE(RUN(a) == 0);
+    keys_of(st, keys, sizeof keys);
+    CHECK(!strcmp(keys, "layers.0.half,layers.0.weight,norm.bf16"));
+    /* the ranks engine and the HF layout select the same */
+    snprintf(a, sizeof a, "convert %s %s %s --ranks 2", f.dir, st2, sel);
+    REQUIRE(RUN(a) == 0);
+    CHECK(file_equal(st, st2));
+    snprintf(a, sizeof a, "convert %s %s --to hf %s --max-shard-size 40B", f.dir, hf, sel);
+    REQUIRE(RUN(a) == 0);
+    keys_of(hf, keys, sizeof keys);
+    CHECK(!strcmp(keys, "layers.0.half,layers.0.weight,norm.bf16"));
+    /* the bytes are the source's */
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(hf, &ck));
+    float w[4][6];
+    uint16_t bf[3];
+    int64_t o[2] = {0, 0}, s[2] = {4, 6}, s3[1] = {3};
+    CHECK_OK(sck_ckpt_read_box(ck, (size_t)sck_ckpt_find(ck, "layers.0.weight"), o, s, w));
+    CHECK_OK(sck_ckpt_read_box(ck, (size_t)sck_ckpt_find(ck, "norm.bf16"), o, s3, bf));
+    CHECK(!memcmp(w, f.w, sizeof w) && !memcmp(bf, f.bf, sizeof bf));
+    sck_ckpt_close(ck);
+    /* keys without the prefix keep their name; values are selected too */
+    snprintf(a, sizeof a, "convert %s %s --exclude 'model.*' --strip-prefix model.", f.dir, tpath("rest.safetensors"));
+    REQUIRE(RUN(a) == 0);
+    CHECK(RUN(args_of("inspect %s --flat%s", tpath("rest.safetensors"), "")) == 0);
+    CHECK(strstr(g_out, "other.step") && strstr(g_out, "other.rng") && !strstr(g_out, "model."));
+    /* two keys that end up with one name */
+    const char *hdr = "{\"model.a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[0,1]},"
+                      "\"a\":{\"dtype\":\"U8\",\"shape\":[1],\"data_offsets\":[1,2]}}";
+    write_st(tpath("two.safetensors"), hdr, "\x01\x02", 2);
+    snprintf(a, sizeof a, "convert %s %s --strip-prefix model.", tpath("two.safetensors"), tpath("bad.safetensors"));
+    CHECK(RUN(a) == 1);
+    CHECK(strstr(g_err, "'a' and 'model.a' would both be named 'a'") != NULL);
+    CHECK(access(tpath("bad.safetensors"), F_OK) != 0);
+    /* selection is for exports */
+    CHECK(RUN(args_of("convert %s %s --to dcp --include 'model.*'", f.dir, tpath("d"))) == 2);
+}
+
+/* ---- inspect of torch.save .pt files ---- */
+
+/* A torch.save archive "t/" of data.pkl `pkl` and, if payload, one storage data/0. */
+static void write_pt(const char *path, const sck_buf *pkl, const void *payload, size_t n) {
+    zip_entry e[3];
+    size_t ne;
+    ti_entries(e, &ne, pkl, sck_crc32(0, pkl->data, pkl->len), payload, n, payload ? sck_crc32(0, payload, n) : 0);
+    sck_buf z;
+    sck_buf_init(&z);
+    FILE *fp = fopen(path, "wb");
+    if (zip_build_mem(&z, e, ne, "t", 64) || !fp || fwrite(z.data, 1, z.len, fp) != z.len) th_fail(__FILE__, __LINE__, "write_pt");
+    if (fp) fclose(fp);
+    sck_buf_free(&z);
+}
+
+TEST(cli_inspect_of_a_torch_save_file) {
+    sck_buf pkl;
+    sck_buf_init(&pkl);
+    int64_t shape[2] = {2, 3};
+    float w[6] = {0};
+    REQUIRE_OK(ti_encode_tensor_pkl(&pkl, SCK_F32, 2, shape));
+    write_pt(tpath("w.pt"), &pkl, w, sizeof w);
+    CHECK(RUN(args_of("inspect %s%s", tpath("w.pt"), "")) == 0);
+    CHECK(strstr(g_out, "torch.save archive (t/), 1 tensors (24 B), 0 values") &&
+          strstr(g_out, "(root)  float32 [2, 3]  24 B  (storage data/0, offset 0)"));
+    /* a storage smaller than the tensor it backs is refused by key */
+    write_pt(tpath("short.pt"), &pkl, w, 8);
+    CHECK(RUN(args_of("inspect %s%s", tpath("short.pt"), "")) == 1);
+    CHECK(strstr(g_err, "storage t/data/0 holds 8 bytes, 24 declared") != NULL);
+    /* plain values by key path */
+    sck_value *d = sck_value_dict(), *l = sck_value_list();
+    REQUIRE(d && l);
+    CHECK_OK(sck_value_list_append(l, sck_value_string("x")));
+    CHECK_OK(sck_value_list_append(l, sck_value_float(0.1)));
+    CHECK_OK(sck_value_dict_set(d, "step", sck_value_int(-4)));
+    CHECK_OK(sck_value_dict_set(d, "cfg", l));
+    pkl.len = 0;
+    REQUIRE_OK(ti_encode_value_pkl(&pkl, d));
+    sck_value_free(d);
+    write_pt(tpath("v.pt"), &pkl, NULL, 0);
+    CHECK(RUN(args_of("inspect %s%s", tpath("v.pt"), "")) == 0);
+    CHECK(strstr(g_out, "0 tensors (0 B), 3 values") && strstr(g_out, "  step = -4  (int)") &&
+          strstr(g_out, "  cfg.0 = 'x'  (str)") && strstr(g_out, "  cfg.1 = 0.1  (float)"));
+    /* a pickle calling os.system is refused by name and never run */
+    sck_buf_free(&pkl);
+    const char evil[] = "\x80\x02" "cos\nsystem\n" "X\x04\x00\x00\x00" "true\x85R.";
+    sck_buf e = {(uint8_t *)evil, sizeof evil - 1, sizeof evil - 1};
+    write_pt(tpath("evil.pt"), &e, NULL, 0);
+    CHECK(RUN(args_of("inspect %s%s", tpath("evil.pt"), "")) == 1);
+    CHECK(strstr(g_err, "evil.pt: t/data.pkl") && strstr(g_err, "global os.system is not allowed"));
 }

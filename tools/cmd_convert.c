@@ -9,9 +9,12 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/box.h"
+#include "base/key_select.h"
 #include "cli.h"
 #include "progress.h"
 #include "format/st_out.h"
@@ -22,7 +25,8 @@
 
 static const char *const USAGE =
     "usage: shardckpt convert SRC DST [--to dcp|fabric|safetensors|hf] [--ranks N] [--max-shard-size SIZE]\n"
-    "                                 [--no-fsync]\n"
+    "                                 [--include GLOB]... [--exclude GLOB]... [--strip-prefix P]\n"
+    "                                 [--force] [--no-fsync]\n"
     "\n"
     "Converts a checkpoint between PyTorch DCP, safetensors and the Hugging Face sharded layout.\n"
     "SRC is a DCP directory, a .safetensors file or a Hugging Face directory (with\n"
@@ -41,6 +45,18 @@ static const char *const USAGE =
     "                    whole model in memory.  Without it, tensors are streamed one 64 MiB block\n"
     "                    at a time.  dcp: the number of saving ranks.\n"
     "  --max-shard-size SIZE   hf: most tensor bytes per file, e.g. 5GB (default), 500MB, 2GiB.\n"
+    "  --include GLOB    safetensors/hf: keep only the keys that match GLOB (fnmatch on the full key,\n"
+    "                    e.g. 'model.*'; repeatable: a key matching any is kept).  Default: all keys.\n"
+    "  --exclude GLOB    safetensors/hf: drop the kept keys that match GLOB (repeatable; applied\n"
+    "                    after --include).\n"
+    "  --strip-prefix P  safetensors/hf: remove a leading P from every kept key that has it (keys\n"
+    "                    without it keep their name), e.g. --strip-prefix model. turns Fabric's\n"
+    "                    model.layer.weight into layer.weight for from_pretrained.  Two keys that\n"
+    "                    end up with the same name are an error naming both.\n"
+    "  --force           replace an existing DST of the same kind (a DCP directory, a .safetensors\n"
+    "                    file, an HF directory).  Without it an existing DST is an error and is left\n"
+    "                    untouched.  The new output replaces the old one atomically (DCP: the save's\n"
+    "                    commit; safetensors/hf: written under temporary names, then renamed).\n"
     "  --no-fsync        skip fsync (faster; not crash-safe)\n"
     "\n"
     "Non-tensor entries (DCP byte items, values) go into safetensors __metadata__ as JSON text under\n"
@@ -55,6 +71,7 @@ typedef struct conv {
     cli_src src;
     const char *dst;
     int to, ranks, do_fsync;
+    const char **name;    /* entry i's name in DST, or NULL when --include/--exclude drop it */
     uint64_t max_shard;
     sck_value *values;    /* every non-tensor entry of SRC, key -> value */
     uint64_t tensor_bytes;
@@ -66,6 +83,7 @@ static int read_values(conv *c) {
     if (!(c->values = sck_value_dict())) return sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < c->src.n; i++) {
         const cli_entry *e = &c->src.e[i];
+        if (!c->name[i]) continue;
         if (e->kind == CLI_TENSOR) {
             if (e->info.dtype >= SCK_DTYPE_COUNT)
                 return sck_err(SCK_ERR_UNSUPPORTED, "%s: '%s' has a dtype shardckpt does not support", c->src.path, e->key);
@@ -74,7 +92,7 @@ static int read_values(conv *c) {
         }
         sck_value *v;
         int rc = cli_src_value(&c->src, e, &v);
-        if (!rc) rc = sck_value_dict_set(c->values, e->key, v) ? sck_err(SCK_ERR_NOMEM, "out of memory") : SCK_OK;
+        if (!rc) rc = sck_value_dict_set(c->values, c->name[i], v) ? sck_err(SCK_ERR_NOMEM, "out of memory") : SCK_OK;
         if (rc) return rc;
     }
     return SCK_OK;
@@ -87,10 +105,11 @@ typedef struct rank_buf {
     sck_box box;
 } rank_buf;
 
-static int add_tensor(sck_state *st, const cli_entry *e, const rank_buf *rb) {
+/* Adds rank buffer rb of entry e to st under `key` (its name in SRC to load, in DST to save). */
+static int add_tensor(sck_state *st, const char *key, const cli_entry *e, const rank_buf *rb) {
     const sck_entry_info *in = &e->info;
-    if (in->ndim == 0) return sck_state_add_replicated(st, e->key, in->dtype, 0, in->shape, rb->data);
-    return sck_state_add_box(st, e->key, in->dtype, in->ndim, in->shape, rb->box.off, rb->box.size, rb->data);
+    if (in->ndim == 0) return sck_state_add_replicated(st, key, in->dtype, 0, in->shape, rb->data);
+    return sck_state_add_box(st, key, in->dtype, in->ndim, in->shape, rb->box.off, rb->box.size, rb->data);
 }
 
 static int conv_rank(sck_comm *comm, void *arg) {
@@ -102,7 +121,7 @@ static int conv_rank(sck_comm *comm, void *arg) {
     int rc = st && rb ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
         const cli_entry *e = &c->src.e[i];
-        if (e->kind != CLI_TENSOR) continue;
+        if (e->kind != CLI_TENSOR || !c->name[i]) continue;
         /* torch.chunk along dim 0: ceil(d0 / size) rows per rank; trailing ranks may get none */
         sck_box *b = &rb[i].box;
         b->ndim = e->info.ndim;
@@ -117,7 +136,7 @@ static int conv_rank(sck_comm *comm, void *arg) {
             rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory for %llu bytes", e->key, (unsigned long long)bytes);
             break;
         }
-        rc = add_tensor(st, e, &rb[i]);
+        rc = add_tensor(st, c->name[i], e, &rb[i]);
     }
     /* A local failure must reach every rank before the next collective, or the others would wait forever. */
     rc = sck_comm_agree(comm, rc);
@@ -129,10 +148,10 @@ static int conv_rank(sck_comm *comm, void *arg) {
         if (!bs) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
         while (hi < n && (hi == lo || batch < LOAD_BATCH)) {
             const cli_entry *e = &c->src.e[hi];
-            if (e->kind == CLI_TENSOR && !rc) {
+            if (e->kind == CLI_TENSOR && c->name[hi] && !rc) {
                 batch += e->info.nbytes;
                 if (e->info.ndim > 0 || rank == 0) mine += box_numel(&rb[hi].box) * sck_dtype_size(e->info.dtype);
-                rc = add_tensor(bs, e, &rb[hi]);
+                rc = add_tensor(bs, e->key, e, &rb[hi]);
             }
             hi++;
         }
@@ -186,8 +205,8 @@ static int stream_full(conv *c) {
     int rc = t && src_of && md ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
         const cli_entry *e = &c->src.e[i];
-        if (e->kind != CLI_TENSOR) continue;
-        t[nt].name = (char *)e->key;
+        if (e->kind != CLI_TENSOR || !c->name[i]) continue;
+        t[nt].name = (char *)c->name[i];
         t[nt].dtype = e->info.dtype;
         t[nt].ndim = e->info.ndim;
         memcpy(t[nt].shape, e->info.shape, sizeof t[nt].shape);
@@ -243,18 +262,75 @@ static int same_path(const char *a, const char *b) {
     return realpath(a, ra) && realpath(b, rb) && !strcmp(ra, rb);
 }
 
+static int dir_has(const char *dir, const char *name) {
+    char p[PATH_MAX];
+    struct stat sb;
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && stat(p, &sb) == 0;
+}
+
+/* 1 if dir holds no entry, 0 if it holds one, or an error. */
+static int dir_is_empty(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open the output directory", dir);
+    struct dirent *de;
+    int empty = 1;
+    while (empty && (de = readdir(d)))
+        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) empty = 0;
+    closedir(d);
+    return empty;
+}
+
+/* An existing DST is refused unless --force, and even then unless it is of the kind `to` writes (so
+ * that --force never swallows an unrelated file or directory).  Nothing, or an empty directory, is fine. */
+static int check_dst(const char *dst, int to, const char *to_name, int force) {
+    struct stat sb;
+    if (stat(dst, &sb) != 0)
+        return errno == ENOENT ? SCK_OK : sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat the output", dst);
+    int is_dir = S_ISDIR(sb.st_mode), empty = is_dir ? dir_is_empty(dst) : 0;
+    if (empty < 0) return empty;
+    if (empty) return SCK_OK;
+    int dcp = is_dir && dir_has(dst, ".metadata"), hf = is_dir && dir_has(dst, ST_HF_INDEX);
+    const char *have = dcp ? "a DCP checkpoint" : hf ? "a Hugging Face directory" : is_dir ? "a directory"
+                       : S_ISREG(sb.st_mode) ? "a file" : "not a regular file";
+    if (!force) return sck_err(SCK_ERR_INVALID_ARG, "%s: the output already exists (%s); pass --force to replace it", dst, have);
+    int same = to == TO_ST ? S_ISREG(sb.st_mode) : to == TO_HF ? hf : dcp;
+    if (!same)
+        return sck_err(SCK_ERR_INVALID_ARG,
+                       "%s: the output is %s, not what --to %s writes; --force replaces only an output of the same kind", dst,
+                       have, to_name);
+    return SCK_OK;
+}
+
+/* c->name[i]: entry i's name in DST after --include / --exclude / --strip-prefix. */
+static int select_names(conv *c, const sck_key_select *ks) {
+    const char **keys = malloc((c->src.n ? c->src.n : 1) * sizeof *keys);
+    if (!keys || !(c->name = malloc((c->src.n ? c->src.n : 1) * sizeof *c->name))) {
+        free(keys);
+        return sck_err(SCK_ERR_NOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < c->src.n; i++) keys[i] = c->src.e[i].key;
+    int rc = sck_key_select_apply(ks, c->src.path, keys, c->src.n, c->name);
+    free(keys);
+    return rc;
+}
+
 static int ends_with(const char *s, const char *suffix) {
     size_t a = strlen(s), b = strlen(suffix);
     return a >= b && !strcmp(s + a - b, suffix);
 }
 
-int cmd_convert(int argc, char **argv) {
-    if (cli_wants_help(argc, argv)) return fputs(USAGE, stdout), 0;
+/* cmd_convert with room for argc --include / --exclude globs in inc and exc. */
+static int convert_main(int argc, char **argv, const char **inc, const char **exc) {
+    sck_key_select sel = {inc, 0, exc, 0, NULL}, *ks = &sel;
     const char *src = NULL, *dst = NULL, *to = NULL, *shard = NULL;
-    int ranks = 0, do_fsync = 1;
+    int ranks = 0, do_fsync = 1, force = 0;
     for (int i = 1; i < argc; i++) {
         int has = i + 1 < argc;
         if (!strcmp(argv[i], "--to") && has) to = argv[++i];
+        else if (!strcmp(argv[i], "--include") && has) inc[ks->ninclude++] = argv[++i];
+        else if (!strcmp(argv[i], "--exclude") && has) exc[ks->nexclude++] = argv[++i];
+        else if (!strcmp(argv[i], "--strip-prefix") && has) ks->strip_prefix = argv[++i];
+        else if (!strcmp(argv[i], "--force")) force = 1;
         else if (!strcmp(argv[i], "--max-shard-size") && has) shard = argv[++i];
         else if (!strcmp(argv[i], "--no-fsync")) do_fsync = 0;
         else if (!strcmp(argv[i], "--ranks") && has) {
@@ -284,10 +360,15 @@ int cmd_convert(int argc, char **argv) {
     if (shard && c.to != TO_HF) return cli_usage_error("convert", "--max-shard-size only applies to --to hf");
     if (shard && st_parse_size(shard, &c.max_shard))
         return cli_usage_error("convert", "--max-shard-size wants a size such as 5GB, 500MB or 2GiB, not '%s'", shard);
+    int selects = ks->ninclude || ks->nexclude || ks->strip_prefix;
+    if (selects && c.to != TO_ST && c.to != TO_HF)
+        return cli_usage_error("convert", "--include, --exclude and --strip-prefix apply to --to safetensors and --to hf");
     if (same_path(src, dst)) return cli_usage_error("convert", "SRC and DST are the same");
+    if (check_dst(dst, c.to, to, force)) return cli_fail();
     c.ranks = ranks ? ranks : 1;
     if (cli_src_open(&c.src, src)) return cli_fail();
-    int rc = read_values(&c);
+    int rc = select_names(&c, selects ? ks : NULL);
+    if (!rc) rc = read_values(&c);
     if (!rc) {
         int ranked = c.to == TO_DCP || c.to == TO_FABRIC || ranks;
         /* ranks engine: the first half of the bar is reading, the second writing */
@@ -297,6 +378,21 @@ int cmd_convert(int argc, char **argv) {
         progress_end(c.pg);
     }
     sck_value_free(c.values);
+    free(c.name);
     cli_src_close(&c.src);
     return rc ? cli_fail() : 0;
+}
+
+int cmd_convert(int argc, char **argv) {
+    if (cli_wants_help(argc, argv)) return fputs(USAGE, stdout), 0;
+    const char **inc = malloc((size_t)argc * sizeof *inc), **exc = malloc((size_t)argc * sizeof *exc);
+    if (!inc || !exc) {
+        free(inc);
+        free(exc);
+        return sck_err(SCK_ERR_NOMEM, "out of memory"), cli_fail();
+    }
+    int rc = convert_main(argc, argv, inc, exc);
+    free(inc);
+    free(exc);
+    return rc;
 }

@@ -8,12 +8,15 @@
 
 #include "cli.h"
 #include "base/json.h"
+#include "format/torch_save.h"
 
 static const char *const USAGE =
     "usage: shardckpt inspect PATH [--json | --flat] [--depth N]\n"
     "\n"
     "Shows what a checkpoint holds: a DCP directory, a .safetensors file or a Hugging Face\n"
     "sharded directory.  Reads metadata and headers, and the (small) items of Python values.\n"
+    "PATH may also be a torch.save .pt file: its tensors (key path, dtype, shape, size, storage)\n"
+    "and plain values, read without running its pickle (other globals, e.g. os.system, refused).\n"
     "\n"
     "  (default)   a tree of keys grouped by dotted prefix: each group with its total size,\n"
     "              each tensor with dtype, global shape, size and number of saved chunks, each\n"
@@ -331,6 +334,46 @@ static int print_tree(cli_src *s, int depth) {
     return 0;
 }
 
+/* A torch.save file: what it is, then each tensor and value by key path (its pickle is never run). */
+static uint64_t pt_bytes(const ti_tensor *t) {
+    uint64_t n = sck_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (uint64_t)t->size[d];
+    return n;
+}
+
+static int print_pt(const char *path) {
+    sck_pt pt;
+    int rc = sck_pt_open(path, &pt);
+    if (rc) {
+        sck_pt_free(&pt);
+        return cli_fail();
+    }
+    uint64_t total = 0;
+    size_t nt = 0;
+    for (size_t i = 0; i < pt.n; i++) {
+        if (!pt.e[i].is_tensor) continue;
+        nt++;
+        total += pt_bytes(&pt.e[i].t);
+    }
+    char hb[32], shape[256];
+    cli_human(total, hb, sizeof hb);
+    printf("%s: torch.save archive (%s/), %zu tensors (%s), %zu values\n", path, pt.prefix, nt, hb, pt.n - nt);
+    for (size_t i = 0; i < pt.n; i++) {
+        const sck_pt_entry *e = &pt.e[i];
+        if (!e->is_tensor) {
+            printf("  %s = %s  (%s)\n", e->key[0] ? e->key : "(root)", e->text, e->type);
+            continue;
+        }
+        uint64_t bytes = pt_bytes(&e->t);
+        cli_shape(e->t.ndim, e->t.size, shape, sizeof shape);
+        cli_human(bytes, hb, sizeof hb);
+        printf("  %s  %s %s  %s  (storage data/%s, offset %lld)\n", e->key[0] ? e->key : "(root)",
+               sck_dtype_name(e->t.dtype), shape, hb, e->t.storage_key, (long long)e->t.storage_offset);
+    }
+    sck_pt_free(&pt);
+    return 0;
+}
+
 int cmd_inspect(int argc, char **argv) {
     if (cli_wants_help(argc, argv)) return fputs(USAGE, stdout), 0;
     const char *path = NULL;
@@ -350,6 +393,10 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("inspect", "missing PATH");
     if (json && flat) return cli_usage_error("inspect", "--json and --flat exclude each other");
+    if (sck_pt_looks_like(path)) {
+        if (json || flat) return cli_usage_error("inspect", "--json and --flat are for checkpoints, not a torch.save file");
+        return print_pt(path);
+    }
     cli_src s;
     if (cli_src_open(&s, path)) return cli_fail();
     int rc = json ? print_json(&s) : flat ? print_flat(&s) : print_tree(&s, depth);

@@ -216,7 +216,7 @@ void ti_entries(zip_entry *e, size_t *n, const sck_buf *pkl, uint32_t pkl_crc, c
 
 /* ---- decoding ---- */
 
-static int allow_tensor(void *ctx, const char *module, const char *name) {
+int ti_allow_tensor(void *ctx, const char *module, const char *name) {
     (void)ctx;
     sck_dtype dt;
     if (!strcmp(module, "torch._utils"))
@@ -250,16 +250,9 @@ static int get_dims(const pk_obj *o, int *ndim, int64_t *dims) {
     return 1;
 }
 
-int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out) {
-    pk_arena *arena = NULL;
-    pk_obj *root = NULL;
+int ti_tensor_from_obj(const pk_obj *root, const char *what, ti_tensor *out) {
     memset(out, 0, sizeof *out);
-    int rc = pk_parse(pkl, n, what, allow_tensor, NULL, NULL, &arena, &root);
-    if (rc) {
-        pk_arena_free(arena);
-        return rc;
-    }
-    rc = SCK_ERR_FORMAT;
+    int rc = SCK_ERR_FORMAT;
     const char *why = "not a tensor (expected torch._utils._rebuild_tensor_v2(...))";
     if (root->kind != PK_REDUCE || !root->a || root->a->kind != PK_GLOBAL || !root->b || root->b->kind != PK_TUPLE) goto bad;
     int v3 = !strcmp(root->a->name, "_rebuild_tensor_v3");
@@ -293,18 +286,14 @@ int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor 
     if (v3) {
         pk_obj *d = args->items[6];
         if (!d || d->kind != PK_GLOBAL || strcmp(d->s, "torch") || sck_dtype_from_name(d->name, &out->dtype)) {
-            rc = sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor dtype %s is not supported", what,
-                         d && d->kind == PK_GLOBAL ? d->name : "?");
-            pk_arena_free(arena); /* after the message: it names a string in the arena */
-            return rc;
+            return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor dtype %s is not supported", what,
+                           d && d->kind == PK_GLOBAL ? d->name : "?");
         }
     } else if (untyped) {
         why = "UntypedStorage without a dtype";
         goto bad;
     } else if (sck_dtype_from_storage_name(p[1]->name, &out->dtype)) {
-        rc = sck_err(SCK_ERR_UNSUPPORTED, "%s: storage type torch.%s is not supported", what, p[1]->name);
-        pk_arena_free(arena); /* after the message: it names a string in the arena */
-        return rc;
+        return sck_err(SCK_ERR_UNSUPPORTED, "%s: storage type torch.%s is not supported", what, p[1]->name);
     }
     size_t elem = sck_dtype_size(out->dtype);
     if (untyped) out->storage_bytes = (uint64_t)numel;
@@ -339,11 +328,20 @@ int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor 
         why = "size/stride/offset address elements beyond the storage";
         goto bad;
     }
-    pk_arena_free(arena);
     return SCK_OK;
 bad:
-    pk_arena_free(arena);
     return sck_err(rc, "%s: data.pkl: %s", what, why);
+}
+
+
+int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out) {
+    pk_arena *arena = NULL;
+    pk_obj *root = NULL;
+    memset(out, 0, sizeof *out);
+    int rc = pk_parse(pkl, n, what, ti_allow_tensor, NULL, NULL, &arena, &root);
+    if (!rc) rc = ti_tensor_from_obj(root, what, out);
+    pk_arena_free(arena); /* after the message: it may name a string in the arena */
+    return rc;
 }
 
 /* ---- plain values ---- */

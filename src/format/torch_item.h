@@ -4,6 +4,7 @@
 #define SCK_TORCH_ITEM_H
 
 #include "base/util.h"
+#include "format/pickle.h"
 #include "format/zip.h"
 
 /* data.pkl (pickle protocol 2, as torch.save writes) for a contiguous tensor of `sizes` stored in
@@ -34,6 +35,12 @@ typedef struct ti_tensor {
  * UntypedStorage).  Checks that every element addressed by size/stride/offset lies in the storage.
  * Errors: SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED (dtype, quantized tensors ...), SCK_ERR_NOMEM. */
 int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out);
+/* The same for one node of a parsed pickle (a torch._utils._rebuild_tensor_v2(...) call inside a
+ * state dict).  The message may name strings of the node's arena: free it after reading it. */
+int ti_tensor_from_obj(const pk_obj *o, const char *what, ti_tensor *out);
+/* pk_allow_fn for tensor pickles: torch._utils._rebuild_tensor*, collections.OrderedDict, torch
+ * storage classes and dtypes (recorded, never called). */
+int ti_allow_tensor(void *ctx, const char *module, const char *name);
 /* Decodes a pickle (a torch.save archive's data.pkl, meta.pt's, ...) holding a Python object into a
  * value: None, bool, int (beyond int64: SCK_VAL_BIGINT), float, str, bytes (and bytearray), list,
  * tuple (SCK_VAL_TUPLE), dict and OrderedDict (a dict; int keys become their decimal strings).  Any

@@ -58,5 +58,37 @@ def add_torch_cases(s, ri):
         return ri.run([ri.PY, check, out, s.p("ckt", "expected.safetensors"),
                        "--values", s.p("ckt", "expected_values.json")])
 
+    def hf_model_export():
+        """model.* of torch's DCP (beside optim.* and values) -> HF under the stripped names."""
+        import json
+        import npst
+        out = s.p("hf_model")
+        ri.run([ri.CLI, "convert", s.p("ckt"), out, "--to", "hf", "--include", "model.*", "--strip-prefix", "model.",
+                "--max-shard-size", "200B"])
+        expected, _ = npst.read(s.p("ckt", "expected.safetensors"))
+        want = {k[len("model."):]: v for k, v in expected.items() if k.startswith("model.")}
+        with open(os.path.join(out, "model.safetensors.index.json")) as f:
+            index = json.load(f)
+        problems = []
+        if set(index["weight_map"]) != set(want):
+            problems.append(f"index names {sorted(index['weight_map'])}, want {sorted(want)}")
+        got = {}
+        for fname in sorted(set(index["weight_map"].values())):
+            tensors, md = npst.read(os.path.join(out, fname))
+            got.update(tensors)
+            if md != {"format": "pt"}:
+                problems.append(f"{fname}: __metadata__ {md}, want only format=pt (values are not model.*)")
+        if set(got) != set(want):
+            problems.append(f"files hold {sorted(got)}, want {sorted(want)}")
+        problems += [f"{k}: not bit-identical" for k in want if k in got and not npst.same_bits(want[k], got[k])]
+        # a second export into it is refused without --force
+        again = ri.run_fail([ri.CLI, "convert", s.p("ckt"), out, "--to", "hf"])
+        if "pass --force" not in again:
+            problems.append(f"second convert without --force: {again}")
+        s.expect_no_problems(problems)
+        return f"{len(got)} tensors in {len(set(index['weight_map'].values()))} files: {sorted(got)}"
+
     s.case("(e) torch's DCP -> full safetensors by 2 ranks: tensors + values in __metadata__",
            lambda: torch_values(2))
+    s.case("(e) convert --to hf --include 'model.*' --strip-prefix model.: exactly the model, renamed, bit-identical",
+           hf_model_export)

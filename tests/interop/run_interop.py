@@ -22,6 +22,7 @@ import npst  # noqa: E402
 import full_cases  # noqa: E402  (full checkpoints: safetensors, HF)
 import values_cases  # noqa: E402  (Python values outside the decoded subset, torch 1.13 and 2.6)
 import t26_cases  # noqa: E402  (torch 2.6: Fabric's FSDP layout, planner_data paths)
+import pt_cases  # noqa: E402  (torch.save .pt files: inspect, a hostile pickle)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.path.join(REPO, os.environ.get("SCK_BUILD", "build"), "bin", "shardckpt")  # run_all.sh passes make's BUILD
@@ -322,6 +323,7 @@ def main():
         else:
             s.case("(b)/(d) (not run: torch could not write the reference checkpoint)",
                    lambda: (_ for _ in ()).throw(Failure("skipped")))
+        pt_cases.add_cases(s, sys.modules[__name__])
         t26_cases.add_cases(s, sys.modules[__name__])
     finally:
         if os.environ.get("SCK_INTEROP_KEEP"):
