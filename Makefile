@@ -161,7 +161,7 @@ bench-crc: $(BUILD)/bench/crc32_compare
 	$(BUILD)/bench/crc32_compare
 
 # The one test command (README, CI): C unit tests, the same under ASan+UBSan, torch interop.
-test: all tests $(BUILD)/tests/t26_adam
+test: all tests mpi $(BUILD)/tests/t26_adam
 	@BUILD=$(BUILD) sh tests/run_all.sh
 
 test-c: tests
