@@ -41,15 +41,9 @@ int meta_pt_read(const char *dir, sck_value **out) {
     size_t len;
     int rc = sck_read_file(path, &data, &len);
     if (rc) return rc;
-    zip_mem zm = {data, len};
     zip_dir zd;
-    memset(&zd, 0, sizeof zd);
-    rc = zip_read_dir(zip_pread_mem, &zm, 0, len, path, &zd);
-    const zip_rec *pk = rc ? NULL : zip_find(&zd, "data.pkl");
-    if (!rc && !pk) rc = sck_err(SCK_ERR_FORMAT, "%s: a torch.save archive without data.pkl", path);
-    if (!rc && sck_crc32(0, data + pk->data_off, (size_t)pk->size) != pk->crc)
-        rc = sck_err(SCK_ERR_CHECKSUM, "%s: %s/data.pkl does not match its zip CRC-32 (0x%08x)", path, zd.prefix ? zd.prefix : "",
-                     pk->crc);
+    const zip_rec *pk;
+    rc = ti_archive_pkl(data, len, path, &zd, &pk);
     sck_value *v = NULL;
     if (!rc) rc = ti_decode_plain_value_pkl(data + pk->data_off, (size_t)pk->size, path, &v);
     if (!rc && sck_value_kind_of(v) != SCK_VAL_DICT) rc = sck_err(SCK_ERR_FORMAT, "%s: holds no dict (Fabric saves a dict of its entries)", path);

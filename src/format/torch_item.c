@@ -333,7 +333,6 @@ bad:
     return sck_err(rc, "%s: data.pkl: %s", what, why);
 }
 
-
 int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor *out) {
     pk_arena *arena = NULL;
     pk_obj *root = NULL;
@@ -342,6 +341,21 @@ int ti_decode_tensor_pkl(const void *pkl, size_t n, const char *what, ti_tensor 
     if (!rc) rc = ti_tensor_from_obj(root, what, out);
     pk_arena_free(arena); /* after the message: it may name a string in the arena */
     return rc;
+}
+
+int ti_archive_pkl(const uint8_t *data, size_t len, const char *what, zip_dir *dir, const zip_rec **pkl) {
+    zip_mem zm = {data, len};
+    memset(dir, 0, sizeof *dir);
+    *pkl = NULL;
+    int rc = zip_read_dir(zip_pread_mem, &zm, 0, len, what, dir);
+    if (rc) return rc;
+    const zip_rec *pk = zip_find(dir, "data.pkl");
+    if (!pk) return sck_err(SCK_ERR_FORMAT, "%s: a torch.save archive without data.pkl", what);
+    if (sck_crc32(0, data + pk->data_off, (size_t)pk->size) != pk->crc)
+        return sck_err(SCK_ERR_CHECKSUM, "%s: %s/data.pkl does not match its zip CRC-32 (0x%08x)", what,
+                       dir->prefix ? dir->prefix : "", pk->crc);
+    *pkl = pk;
+    return SCK_OK;
 }
 
 /* ---- plain values ---- */

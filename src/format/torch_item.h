@@ -41,6 +41,11 @@ int ti_tensor_from_obj(const pk_obj *o, const char *what, ti_tensor *out);
 /* pk_allow_fn for tensor pickles: torch._utils._rebuild_tensor*, collections.OrderedDict, torch
  * storage classes and dtypes (recorded, never called). */
 int ti_allow_tensor(void *ctx, const char *module, const char *name);
+/* The data.pkl record of the torch.save archive held whole in data[0, len) (a .pt file, meta.pt): reads
+ * the archive's zip directory into *dir (free it with zip_dir_free, also after an error) and checks
+ * data.pkl against its zip CRC-32.  `what` names the archive in errors.
+ * Errors: zip_read_dir's, SCK_ERR_FORMAT (no data.pkl), SCK_ERR_CHECKSUM (data.pkl does not match). */
+int ti_archive_pkl(const uint8_t *data, size_t len, const char *what, zip_dir *dir, const zip_rec **pkl);
 /* Decodes a pickle (a torch.save archive's data.pkl, meta.pt's, ...) holding a Python object into a
  * value: None, bool, int (beyond int64: SCK_VAL_BIGINT), float, str, bytes (and bytearray), list,
  * tuple (SCK_VAL_TUPLE), dict and OrderedDict (a dict; int keys become their decimal strings).  Any

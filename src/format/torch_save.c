@@ -148,16 +148,11 @@ int sck_pt_open(const char *path, sck_pt *out) {
     size_t len = 0;
     int rc = sck_read_file(path, &data, &len);
     if (rc) return rc;
-    zip_mem m = {data, len};
     zip_dir d;
-    memset(&d, 0, sizeof d);
+    const zip_rec *pkl;
     pk_arena *arena = NULL;
     pk_obj *root = NULL;
-    rc = zip_read_dir(zip_pread_mem, &m, 0, len, path, &d);
-    const zip_rec *pkl = rc ? NULL : zip_find(&d, "data.pkl");
-    if (!rc && !pkl) rc = sck_err(SCK_ERR_FORMAT, "%s: not a torch.save archive (no data.pkl record)", path);
-    if (!rc && sck_crc32(0, data + pkl->data_off, pkl->size) != pkl->crc)
-        rc = sck_err(SCK_ERR_FORMAT, "%s: %s/data.pkl: CRC-32 mismatch", path, d.prefix);
+    rc = ti_archive_pkl(data, len, path, &d, &pkl);
     char what[4200];
     snprintf(what, sizeof what, "%s: %s/data.pkl", path, d.prefix ? d.prefix : "?");
     if (!rc) rc = pk_parse(data + pkl->data_off, pkl->size, what, ti_allow_tensor, NULL, NULL, &arena, &root);

@@ -28,8 +28,9 @@ int sck_pt_looks_like(const char *path);
  * globals a tensor needs (torch._utils._rebuild_tensor*, storage classes, OrderedDict): any other
  * global (os.system ...) is refused by name, never imported or called.  Every tensor's storage record
  * must exist and hold the elements its size, stride and offset address.
- * Errors: SCK_ERR_FORMAT (the message names the file, the key and what is wrong), SCK_ERR_UNSUPPORTED
- * (a refused global, a compressed record, a dtype), SCK_ERR_IO, SCK_ERR_NOMEM. */
+ * Errors: SCK_ERR_FORMAT (the message names the file, the key and what is wrong), SCK_ERR_CHECKSUM
+ * (data.pkl does not match its CRC-32), SCK_ERR_UNSUPPORTED (a refused global, a compressed record, a
+ * dtype), SCK_ERR_IO, SCK_ERR_NOMEM. */
 int sck_pt_open(const char *path, sck_pt *out);
 void sck_pt_free(sck_pt *pt);
 
