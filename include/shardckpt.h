@@ -630,13 +630,16 @@ typedef struct sck_full_opts {
  * last, is the commit marker.  Shards of an earlier save that the new index
  * does not name (model-*-of-*.safetensors) are removed.
  *
- * Blobs and values go into the first file's `__metadata__` as JSON text under
- * their own key (blobs as {"__bytes__": "<hex>"}); every file's __metadata__
- * also holds "format": "pt", so "format" is a reserved key.  sck_load and
- * sck_ckpt_open read the tensors of such files back into any sharding.
+ * Blobs and values go into the first file's `__metadata__` under their own
+ * key: a string value as itself, any other value as JSON text (blobs as
+ * {"__bytes__": "<hex>"}), the keys of JSON text listed in the reserved key
+ * "shardckpt.json_keys" (docs/FORMAT.md).  Every file's __metadata__ also
+ * holds "format": the string value named "format" if there is one, else
+ * "pt".  sck_load and sck_ckpt_open read the tensors of such files back into
+ * any sharding.
  *
- * Errors (the same on every rank): SCK_ERR_INVALID_ARG (bad options, reserved
- * key, name not valid UTF-8), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE (as sck_save),
+ * Errors (the same on every rank): SCK_ERR_INVALID_ARG (bad options, a value
+ * "shardckpt.json_keys" or a "format" that is not a string, name not valid UTF-8), SCK_ERR_MISMATCH, SCK_ERR_COVERAGE (as sck_save),
  * SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.  On error the
  * temporary files are removed and an existing single file is left as it was
  * (unless only the final fsync of its directory failed: the rename is atomic,

@@ -11,6 +11,7 @@
 #include "harness.h"
 #include "base/util.h"
 #include "format/torch_item.h"
+#include "format/safetensors.h"
 #include "io/storage.h"
 
 static const char *cli_bin(void) {
@@ -673,4 +674,95 @@ TEST(cli_inspect_of_a_torch_save_file) {
     write_pt(tpath("evil.pt"), &e, NULL, 0);
     CHECK(RUN(args_of("inspect %s%s", tpath("evil.pt"), "")) == 1);
     CHECK(strstr(g_err, "evil.pt: t/data.pkl") && strstr(g_err, "global os.system is not allowed"));
+}
+
+/* ---- __metadata__ strings of a foreign safetensors file ---- */
+
+typedef struct md_string {
+    const char *key, *text;
+    size_t n;
+} md_string;
+
+#define MD(k, s) {k, s, sizeof s - 1}
+static const md_string g_foreign[] = {
+    MD("lr", "{\"lr\": 0.1}"), MD("n", "3"), MD("note", "not json {"), MD("t", "true"), MD("e", ""),
+    MD("u", "\xc3\xa9 tab\t nul\0 q\" bs\\"),
+};
+static const char g_foreign_hdr[] =
+    "{\"__metadata__\":{\"lr\":\"{\\\"lr\\\": 0.1}\",\"n\":\"3\",\"note\":\"not json {\",\"t\":\"true\",\"e\":\"\","
+    "\"u\":\"\\u00e9 tab\\t nul\\u0000 q\\\" bs\\\\\"%s},\"w\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}";
+
+/* 1 if the first file of `path` (a file, or an HF directory's first shard) holds exactly the foreign
+ * strings plus "format": `format`, nothing else. */
+static int has_foreign_strings(const char *path, const char *format) {
+    char p[PATH_MAX];
+    snprintf(p, sizeof p, "%s%s", path, strstr(path, ".safetensors") ? "" : "/model-00001-of-00001.safetensors");
+    st_header h;
+    if (st_read_header_file(p, &h) != SCK_OK) return 0;
+    size_t nf = sizeof g_foreign / sizeof g_foreign[0], n;
+    int ok = h.metadata && sck_value_len(h.metadata) == nf + 1;
+    const char *fmt = sck_value_get_string(sck_value_dict_get(h.metadata, "format"), &n);
+    ok = ok && fmt && n == strlen(format) && !memcmp(fmt, format, n);
+    for (size_t i = 0; ok && i < nf; i++) {
+        const char *s = sck_value_get_string(sck_value_dict_get(h.metadata, g_foreign[i].key), &n);
+        ok = s && n == g_foreign[i].n && !memcmp(s, g_foreign[i].text, n);
+        if (!ok) fprintf(stderr, "  %s: __metadata__ '%s' changed\n", p, g_foreign[i].key);
+    }
+    st_header_free(&h);
+    return ok;
+}
+
+TEST(cli_convert_keeps_foreign_metadata_strings_and_diff_compares_them) {
+    char a[1024], b[1024], np[1024], hdr[1024];   /* copies: tpath() reuses its buffers */
+    snprintf(a, sizeof a, "%s", tpath("fa.safetensors"));
+    float w[2] = {1.5f, -2.0f};
+    snprintf(hdr, sizeof hdr, g_foreign_hdr, "");
+    write_st(a, hdr, w, sizeof w);
+    /* safetensors -> safetensors (streamed, by 2 ranks) and -> HF; HF -> safetensors; and through DCP */
+    static const char *const outs[][3] = {   /* SRC, DST (names in the temporary directory), options */
+        {"fa.safetensors", "f1.safetensors", ""}, {"fa.safetensors", "f2.safetensors", "--ranks 2"},
+        {"fa.safetensors", "fhf", "--to hf"}, {"fhf", "f3.safetensors", ""}, {"fa.safetensors", "fdcp", "--to dcp --ranks 2"},
+        {"fdcp", "f4.safetensors", ""}, {"fdcp", "fhf2", "--to hf --ranks 3"},
+    };
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+        char args[3 * PATH_MAX + 64], dst[1024];
+        snprintf(dst, sizeof dst, "%s", tpath(outs[i][1]));
+        snprintf(args, sizeof args, "convert %s %s %s", tpath(outs[i][0]), dst, outs[i][2]);
+        int st = RUN(args);
+        if (st) fprintf(stderr, "  $ %s\n  %s", args, g_err);
+        REQUIRE(st == 0);
+        if (!strstr(outs[i][2], "dcp")) CHECK(has_foreign_strings(dst, "pt"));
+        CHECK(RUN(args_of("diff %s %s", a, dst)) == 0);
+        CHECK(strstr(g_out, "identical: 0 changed, 0 added, 0 removed, 7 identical") != NULL);
+    }
+    /* in DCP a string is a string value: "3" stays "3" */
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(tpath("fdcp"), &ck));
+    void *raw = NULL;
+    size_t rn = 0;
+    sck_value *v = NULL;
+    REQUIRE_OK(sck_ckpt_read_bytes(ck, (size_t)sck_ckpt_find(ck, "n"), &raw, &rn, &v));
+    CHECK(sck_value_kind_of(v) == SCK_VAL_STRING && !strcmp(sck_value_get_string(v, NULL), "3"));
+    sck_value_free(v);
+    free(raw);
+    sck_ckpt_close(ck);
+    /* one byte of one string differs: diff names the key and the byte */
+    snprintf(b, sizeof b, "%s", tpath("fb.safetensors"));
+    snprintf(hdr, sizeof hdr, g_foreign_hdr, "");
+    char *sp = strstr(hdr, ": 0.1");
+    REQUIRE(sp != NULL);
+    memmove(sp + 1, sp + 2, strlen(sp + 2) + 1);   /* {"lr": 0.1} -> {"lr":0.1} */
+    write_st(b, hdr, w, sizeof w);
+    CHECK(RUN(args_of("diff %s %s", a, b)) == 1);
+    CHECK(strstr(g_out, "~ lr") && strstr(g_out, "(text differs from byte 6)"));
+    CHECK(strstr(g_out, "different: 1 changed, 0 added, 0 removed, 6 identical") != NULL);
+    /* a file's own format tag is kept, also through DCP */
+    snprintf(np, sizeof np, "%s", tpath("fnp.safetensors"));
+    snprintf(hdr, sizeof hdr, g_foreign_hdr, ",\"format\":\"np\"");
+    write_st(np, hdr, w, sizeof w);
+    REQUIRE(RUN(args_of("convert %s %s --to dcp", np, tpath("fnpdcp"))) == 0);
+    REQUIRE(RUN(args_of("convert %s %s", tpath("fnpdcp"), tpath("fnp2.safetensors"))) == 0);
+    CHECK(has_foreign_strings(tpath("fnp2.safetensors"), "np"));
+    CHECK(RUN(args_of("diff %s %s", a, np)) == 1);
+    CHECK(strstr(g_out, "+ format") != NULL);
 }

@@ -4,6 +4,7 @@
 
 #include "harness.h"
 #include "format/safetensors.h"
+#include "format/st_meta.h"
 
 /* ---- golden file ----
  * Generated with numpy and this writer, which follows the spec (and matches the Rust crate's
@@ -452,4 +453,67 @@ TEST(st_parse_lengths_and_need) {
               "cut: tensor \"x\": data_offsets [0, 3] run past the end of the 2-byte data section");
     free(file);
     CHECK_ERR(st_parse_header(NULL, 0, 100, "n", NULL, &need), SCK_ERR_INVALID_ARG, "NULL output");
+}
+
+/* __metadata__ strings: a string value is its own text, other values JSON named in shardckpt.json_keys,
+ * and reading gives back exactly what was written; a foreign "3" stays a string. */
+TEST(st_meta_strings_exact_json_keys_decoded) {
+    sck_value *vals = sck_value_dict(), *d = sck_value_dict(), *md = NULL;
+    REQUIRE(vals && d);
+    REQUIRE_OK(sck_value_dict_set(d, "lr", sck_value_float(0.1)));
+    REQUIRE_OK(sck_value_dict_set(vals, "s", sck_value_string("3")));
+    REQUIRE_OK(sck_value_dict_set(vals, "i", sck_value_int(3)));
+    REQUIRE_OK(sck_value_dict_set(vals, "d", d));
+    REQUIRE_OK(sck_value_dict_set(vals, "b", sck_value_bytes("\x00\xff", 2)));
+    REQUIRE_OK(sck_value_dict_set(vals, "format", sck_value_string("np")));
+    REQUIRE_OK(st_meta_from_values(vals, &md));
+    static const char *const want[][2] = {{"s", "3"}, {"i", "3"}, {"d", "{\"lr\":0.1}"}, {"b", "{\"__bytes__\":\"00ff\"}"},
+                                          {"format", "np"}, {"shardckpt.json_keys", "[\"i\",\"d\",\"b\"]"}};
+    CHECK(sck_value_len(md) == 6);
+    for (size_t i = 0; i < 6; i++) {
+        const char *s = sck_value_get_string(sck_value_dict_get(md, want[i][0]), NULL);
+        CHECK(s && !strcmp(s, want[i][1]));
+    }
+    sck_value *back = sck_value_dict();
+    REQUIRE_OK(st_meta_values(md, "m.st", back));
+    CHECK(sck_value_equal(back, vals));
+    sck_value_free(back);
+
+    /* the same strings from another tool (no shardckpt.json_keys): all strings; "format": "pt" skipped */
+    REQUIRE_OK(sck_value_dict_set(md, "shardckpt.json_keys", sck_value_string("[]")));
+    REQUIRE_OK(sck_value_dict_set(md, "format", sck_value_string("pt")));
+    back = sck_value_dict();
+    REQUIRE_OK(st_meta_values(md, "m.st", back));
+    CHECK(sck_value_len(back) == 4 && !sck_value_dict_get(back, "format"));
+    CHECK(sck_value_kind_of(sck_value_dict_get(back, "i")) == SCK_VAL_STRING);
+    CHECK(!strcmp(sck_value_get_string(sck_value_dict_get(back, "d"), NULL), "{\"lr\":0.1}"));
+    sck_value_free(back);
+
+    /* a shardckpt.json_keys that is not a list of other keys, or names a key that is not JSON */
+    static const char *const bad[][2] = {
+        {"nope", "is not a JSON array of keys: nope"}, {"{\"i\":1}", "is not a JSON array of keys"},
+        {"[\"i\",\"zz\"]", "'shardckpt.json_keys' item 1 is not another key"},
+        {"[\"format\"]", "item 0 is not another key"}, {"[\"s\",\"x\"]", "item 1 is not another key"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        REQUIRE_OK(sck_value_dict_set(md, "shardckpt.json_keys", sck_value_string(bad[i][0])));
+        back = sck_value_dict();
+        CHECK(st_meta_values(md, "m.st", back) == SCK_ERR_FORMAT && strstr(sck_last_error(), bad[i][1]));
+        sck_value_free(back);
+    }
+    REQUIRE_OK(sck_value_dict_set(md, "note", sck_value_string("not json {")));
+    REQUIRE_OK(sck_value_dict_set(md, "shardckpt.json_keys", sck_value_string("[\"note\"]")));
+    back = sck_value_dict();
+    CHECK_ERR(st_meta_values(md, "m.st", back), SCK_ERR_FORMAT, "m.st: __metadata__ key 'note' (listed in");
+    sck_value_free(back);
+    sck_value_free(md);
+
+    /* reserved keys on writing */
+    REQUIRE_OK(sck_value_dict_set(vals, "format", sck_value_int(1)));
+    CHECK_ERR(st_meta_from_values(vals, &md), SCK_ERR_INVALID_ARG, "the key 'format' is reserved");
+    REQUIRE_OK(sck_value_dict_set(vals, "format", sck_value_string("pt")));
+    REQUIRE_OK(sck_value_dict_set(vals, "shardckpt.json_keys", sck_value_string("[]")));
+    CHECK_ERR(st_meta_from_values(vals, &md), SCK_ERR_INVALID_ARG, "the key 'shardckpt.json_keys' is reserved");
+    CHECK(md == NULL);
+    sck_value_free(vals);
 }

@@ -17,6 +17,7 @@
 #include "base/key_select.h"
 #include "cli.h"
 #include "progress.h"
+#include "format/st_meta.h"
 #include "format/st_out.h"
 #include "io/storage.h"
 
@@ -59,9 +60,10 @@ static const char *const USAGE =
     "                    commit; safetensors/hf: written under temporary names, then renamed).\n"
     "  --no-fsync        skip fsync (faster; not crash-safe)\n"
     "\n"
-    "Non-tensor entries (DCP byte items, values) go into safetensors __metadata__ as JSON text under\n"
-    "their own key; converting back restores them.  A progress bar is drawn on stderr when it is a\n"
-    "terminal and the work takes more than a second.\n"
+    "Non-tensor entries (DCP byte items, values) go into safetensors __metadata__ under their own key:\n"
+    "strings as they are, other values as JSON text; __metadata__ strings of SRC are kept byte for byte\n"
+    "in every conversion, and converting back restores every value.  A progress bar is drawn on\n"
+    "stderr when it is a terminal and the work takes more than a second.\n"
     "\n"
     "Exit status: 0 ok, 1 error (one line on stderr), 2 bad usage.\n";
 
@@ -197,12 +199,12 @@ static int stream_full(conv *c) {
     size_t n = c->src.n, nt = 0;
     st_tensor *t = calloc(n ? n : 1, sizeof *t);
     size_t *src_of = calloc(n ? n : 1, sizeof *src_of);
-    sck_value *md = sck_value_dict();
+    sck_value *md = NULL;
     uint8_t *buf = NULL;
     int *fds = NULL;
     st_layout L;
     memset(&L, 0, sizeof L);
-    int rc = t && src_of && md ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
+    int rc = t && src_of ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
         const cli_entry *e = &c->src.e[i];
         if (e->kind != CLI_TENSOR || !c->name[i]) continue;
@@ -212,14 +214,9 @@ static int stream_full(conv *c) {
         memcpy(t[nt].shape, e->info.shape, sizeof t[nt].shape);
         src_of[nt++] = i;
     }
-    /* Non-tensor entries travel in __metadata__ as JSON text (raw bytes as {"__bytes__": hex}). */
-    for (size_t i = 0; i < sck_value_len(c->values) && !rc; i++) {
-        char *js = sck_value_to_json(sck_value_at(c->values, i));
-        rc = js && !sck_value_dict_set(md, sck_value_key_at(c->values, i), sck_value_string(js)) ? SCK_OK
-                                                                                                 : sck_err(SCK_ERR_NOMEM, "out of memory");
-        free(js);
-    }
-    if (!rc) rc = st_layout_build(t, nt, sck_value_len(md) ? md : NULL, c->to == TO_HF, c->max_shard, c->dst, &L);
+    /* Non-tensor entries travel in __metadata__: strings as they are, other values as JSON text. */
+    if (!rc) rc = st_meta_from_values(c->values, &md);
+    if (!rc) rc = st_layout_build(t, nt, md, c->to == TO_HF, c->max_shard, c->dst, &L);
     if (!rc && !(buf = malloc(STREAM_BLOCK))) rc = sck_err(SCK_ERR_NOMEM, "out of memory for a %u-byte block", STREAM_BLOCK);
     if (!rc && !(fds = malloc((L.nfiles ? L.nfiles : 1) * sizeof *fds))) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t f = 0; fds && f < L.nfiles; f++) fds[f] = -1;

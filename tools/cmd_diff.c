@@ -1,6 +1,7 @@
 /* cmd_diff.c - `shardckpt diff A B`: entries added, removed and changed between two checkpoints of
  * any formats and shardings, with the largest absolute difference of every tensor.  Tensors are
- * compared block by block (two 16 MiB buffers at most), values by their JSON-like content. */
+ * compared block by block (two 16 MiB buffers at most), values by their JSON-like content, strings
+ * (safetensors __metadata__ text among them) byte for byte. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -23,7 +24,8 @@ static const char *const USAGE =
     "          largest absolute difference and how many elements differ)\n"
     "\n"
     "Elements are compared as numbers (in double for floats, exactly for integers): -0.0 equals 0.0\n"
-    "and NaN equals NaN.  Bytes and values are compared by content.\n"
+    "and NaN equals NaN.  Bytes and values are compared by content, strings (such as safetensors\n"
+    "__metadata__ text) byte for byte, naming the first byte that differs.\n"
     "\n"
     "  --atol X   elements whose absolute difference is at most X count as equal (default 0)\n"
     "  -q         print nothing; only the exit status tells\n"
@@ -117,6 +119,14 @@ static void preview(const sck_value *v, char *buf, size_t cap) {
     free(js);
 }
 
+/* The offset of the first byte where two strings differ (the shorter one's length if one is a prefix). */
+static size_t first_difference(const sck_value *a, const sck_value *b) {
+    size_t na, nb, i = 0;
+    const char *sa = sck_value_get_string(a, &na), *sb = sck_value_get_string(b, &nb);
+    while (i < na && i < nb && sa[i] == sb[i]) i++;
+    return i;
+}
+
 /* Compares one key present on both sides.  Returns 0 same, 1 different, <0 error. */
 static int diff_entry(cli_src *a, const cli_entry *ea, cli_src *b, const cli_entry *eb, double atol, int quiet,
                       uint8_t *ba, uint8_t *bb, progress *pg) {
@@ -155,7 +165,10 @@ static int diff_entry(cli_src *a, const cli_entry *ea, cli_src *b, const cli_ent
             char pa[80], pb[80];
             preview(va, pa, sizeof pa);
             preview(vb, pb, sizeof pb);
-            printf("~ %-40s %s -> %s\n", ea->key, pa, pb);
+            printf("~ %-40s %s -> %s", ea->key, pa, pb);
+            if (sck_value_kind_of(va) == SCK_VAL_STRING && sck_value_kind_of(vb) == SCK_VAL_STRING)
+                printf("  (text differs from byte %zu)", first_difference(va, vb));
+            printf("\n");
         }
     }
     sck_value_free(va);

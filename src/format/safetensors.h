@@ -50,11 +50,11 @@ int st_build_header(st_tensor *t, size_t n, const sck_value *metadata, sck_buf *
  * Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
 int st_read_header_file(const char *path, st_header *out);
 
-/* The values a full save stored in __metadata__ (see docs/FORMAT.md): for a .safetensors file or a
- * Hugging Face directory (every file its index names), each __metadata__ entry whose text is valid
- * JSON becomes a value ({"__bytes__": hex} a bytes value); other entries, such as "format": "pt",
- * are skipped.  The first file holding a key wins.  *out receives a dict (possibly empty) owned by
- * the caller.  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_NOMEM. */
+/* The values a safetensors file or a Hugging Face directory (every file its index names) holds in
+ * __metadata__ (st_meta_values: strings exactly as they are, the keys "shardckpt.json_keys" lists
+ * decoded from JSON, "format": "pt" skipped; see docs/FORMAT.md).  The first file holding a key
+ * wins.  *out receives a dict (possibly empty) owned by the caller.
+ * Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_NOMEM. */
 int st_read_values(const char *path, sck_value **out);
 
 /* Reads dir/model.safetensors.index.json (the Hugging Face sharded layout).  On success *idx is the

@@ -12,11 +12,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "format/st_meta.h"
 #include "io/fileio.h"
 #include "base/json.h"
 #include "io/storage.h"
-
-#define FORMAT_KEY "format"
 
 void st_layout_free(st_layout *L) {
     if (!L) return;
@@ -34,19 +33,22 @@ void st_layout_free(st_layout *L) {
     memset(L, 0, sizeof *L);
 }
 
-/* __metadata__ of file `fi`: "format": "pt" everywhere, the caller's values in the first file. */
-static int file_metadata(const sck_value *values, size_t fi, sck_value **out) {
-    sck_value *md = sck_value_dict();
-    int rc = md ? sck_value_dict_set(md, FORMAT_KEY, sck_value_string("pt")) : SCK_ERR_NOMEM;
-    for (size_t i = 0; fi == 0 && values && i < sck_value_len(values) && !rc; i++) {
-        const sck_value *v = sck_value_at(values, i);
-        rc = sck_value_dict_set(md, sck_value_key_at(values, i), v ? sck_value_clone(v) : NULL);
+/* __metadata__ of file `fi`: the format tag (md's "format", else "pt") everywhere, the rest of md
+ * in the first file. */
+static int file_metadata(const sck_value *md, size_t fi, sck_value **out) {
+    const sck_value *tag = sck_value_dict_get(md, ST_FORMAT_KEY);
+    sck_value *fm = sck_value_dict();
+    int rc = fm ? sck_value_dict_set(fm, ST_FORMAT_KEY, tag ? sck_value_clone(tag) : sck_value_string(ST_FORMAT_PT))
+                : SCK_ERR_NOMEM;
+    for (size_t i = 0; fi == 0 && md && i < sck_value_len(md) && !rc; i++) {
+        const sck_value *v = sck_value_at(md, i);
+        if (v != tag) rc = sck_value_dict_set(fm, sck_value_key_at(md, i), sck_value_clone(v));
     }
     if (rc) {
-        sck_value_free(md);
+        sck_value_free(fm);
         return sck_err(SCK_ERR_NOMEM, "safetensors: out of memory building __metadata__");
     }
-    *out = md;
+    *out = fm;
     return SCK_OK;
 }
 
@@ -85,9 +87,10 @@ int st_layout_build(const st_tensor *t, size_t n, const sck_value *values, int h
                     st_layout *L) {
     memset(L, 0, sizeof *L);
     if (!path || !*path || (n && !t)) return sck_err(SCK_ERR_INVALID_ARG, "safetensors: NULL path or tensors");
-    if (values && sck_value_dict_get(values, FORMAT_KEY))
-        return sck_err(SCK_ERR_INVALID_ARG, "safetensors: the key '%s' is reserved in __metadata__ (it holds \"pt\")",
-                       FORMAT_KEY);
+    const sck_value *tag = sck_value_dict_get(values, ST_FORMAT_KEY);
+    if (tag && sck_value_kind_of(tag) != SCK_VAL_STRING)
+        return sck_err(SCK_ERR_INVALID_ARG, "safetensors: the key '%s' is reserved in __metadata__ for the format tag (a string)",
+                       ST_FORMAT_KEY);
     if (!max_shard) max_shard = ST_HF_DEFAULT_SHARD;
     L->hf = hf;
     L->n = n;

@@ -34,12 +34,13 @@ typedef struct st_layout {
 } st_layout;
 
 /* Lays out tensors t[0..n) (names borrowed only during the call; written in this order) into
- * `path`.  `values` (a dict of strings, may be NULL) goes into __metadata__ of the first file; every
- * file's __metadata__ also holds "format": "pt" (what transformers checks), so "format" is a
- * reserved key.  HF: tensors are appended to the current shard until the next one would push its
- * tensor bytes past max_shard (0: ST_HF_DEFAULT_SHARD); a tensor larger than that gets a shard of its
- * own; there is always at least one shard.
- * Errors: SCK_ERR_INVALID_ARG (reserved key, bad name, duplicate), SCK_ERR_NOMEM. */
+ * `path`.  `values` (a dict of strings, may be NULL; st_meta_from_values makes one) goes into
+ * __metadata__ of the first file, except "format": every file's __metadata__ holds "format", the
+ * string `values` has for it, else "pt" (what transformers checks).  HF: tensors are appended to the
+ * current shard until the next one would push its tensor bytes past max_shard (0:
+ * ST_HF_DEFAULT_SHARD); a tensor larger than that gets a shard of its own; there is always at least
+ * one shard.
+ * Errors: SCK_ERR_INVALID_ARG (a "format" that is not a string, bad name, duplicate), SCK_ERR_NOMEM. */
 int st_layout_build(const st_tensor *t, size_t n, const sck_value *values, int hf, uint64_t max_shard,
                     const char *path, st_layout *out);
 void st_layout_free(st_layout *L);

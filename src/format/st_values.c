@@ -1,5 +1,5 @@
 /* st_values.c - reading safetensors headers from files, and the non-tensor entries a full save keeps
- * in __metadata__ as JSON text. */
+ * in __metadata__ (st_meta.h). */
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -10,6 +10,7 @@
 
 #include "base/json.h"
 #include "format/safetensors.h"
+#include "format/st_meta.h"
 #include "format/st_out.h"
 #include "io/storage.h"
 
@@ -45,22 +46,12 @@ out:
     return rc;
 }
 
-/* Adds the JSON-valued entries of one file's __metadata__ to dict `out` (keys already there win). */
+/* Adds the values of one file's __metadata__ to dict `out` (keys already there win). */
 static int add_file_values(const char *path, sck_value *out) {
     st_header h;
     int rc = st_read_header_file(path, &h);
-    for (size_t i = 0; !rc && h.metadata && i < sck_value_len(h.metadata); i++) {
-        const char *key = sck_value_key_at(h.metadata, i);
-        size_t n;
-        const char *text = sck_value_get_string(sck_value_at(h.metadata, i), &n);
-        sck_value *v = NULL;
-        if (sck_value_dict_get(out, key)) continue;
-        if (sck_json_parse(text, n, 0, &v) != SCK_OK) continue;  /* not ours, e.g. "format": "pt" */
-        rc = sck_value_dict_set(out, key, v);
-        if (rc) rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
-    }
+    if (!rc) rc = st_meta_values(h.metadata, path, out);
     st_header_free(&h);
-    if (!rc) sck_err_clear();  /* entries that were not JSON left a parse message behind */
     return rc;
 }
 

@@ -3,7 +3,7 @@
  *
  * Collectives (the same sequence on every rank; an agreed error ends the call everywhere at once):
  *   1. gather local plans           -> everyone builds the same global plan (coverage checked)
- *   2. gather blob/value JSON       -> everyone builds the same layout: files, headers, offsets
+ *   2. gather blob/value text         -> everyone builds the same layout: files, headers, offsets
  *   3. agree on rank 0 creating the temporary files (headers written, sizes set)
  *   4. agree on every rank writing its boxes in place (pwrite of row-major runs) and syncing
  *   5. agree on rank 0's commit (fsync, rename, HF index)
@@ -18,6 +18,7 @@
 #include "io/fileio.h"
 #include "core/plan.h"
 #include "save/save_full.h"
+#include "format/st_meta.h"
 #include "format/st_out.h"
 #include "io/storage.h"
 
@@ -29,55 +30,75 @@ static int fault(int rank, const char *stage) {
     return SCK_OK;
 }
 
-/* ---- blobs and values: JSON text for __metadata__ ---- */
+/* ---- blobs and values: __metadata__ text (st_meta.h) ---- */
 
-/* Records for the bytes entries this rank writes: u32 keylen, key, u32 jsonlen, json. */
+/* Records for the bytes entries this rank writes: u32 keylen, key, u8 is_json, u32 textlen, text. */
 static int encode_values(const save_plan *p, int rank, const sck_state *st, sck_buf *out) {
     for (size_t i = 0; i < p->nitems[rank]; i++) {
         const ck_entry *e = &p->m.e[p->items[rank][i].entry];
         if (!e->is_bytes) continue;
         const st_entry *se = state_find(st, e->key);
         if (!se) return sck_err(SCK_ERR_INVALID_ARG, "'%s': missing from the local state", e->key);
-        sck_value *tmp = se->kind == ENT_BLOB ? sck_value_bytes(se->blob, se->blob_n) : NULL;
-        char *js = se->kind == ENT_BLOB ? (tmp ? sck_value_to_json(tmp) : NULL) : sck_value_to_json(se->value);
-        sck_value_free(tmp);
-        if (!js) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory encoding as JSON", e->key);
-        size_t kl = strlen(e->key), jl = strlen(js);
-        int rc = sck_buf_put_le32(out, (uint32_t)kl) || sck_buf_append(out, e->key, kl) ||
-                 sck_buf_put_le32(out, (uint32_t)jl) || sck_buf_append(out, js, jl);
-        free(js);
+        sck_value *blob = se->kind == ENT_BLOB ? sck_value_bytes(se->blob, se->blob_n) : NULL;
+        if (se->kind == ENT_BLOB && !blob) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+        char *text;
+        size_t tl;
+        int is_json, rc = st_meta_text(blob ? blob : se->value, e->key, &text, &tl, &is_json);
+        sck_value_free(blob);
+        if (rc) return rc;
+        size_t kl = strlen(e->key);
+        rc = sck_buf_put_le32(out, (uint32_t)kl) || sck_buf_append(out, e->key, kl) || sck_buf_put_u8(out, (uint8_t)is_json) ||
+             sck_buf_put_le32(out, (uint32_t)tl) || sck_buf_append(out, text, tl);
+        free(text);
         if (rc) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
     }
     return SCK_OK;
 }
 
-/* Every rank's records -> dict key -> JSON string, in the plan's (sorted) key order. */
+/* One record of encode_values at *q (advanced past it), or 0 when the bytes left do not hold one. */
+static int next_record(const uint8_t **q, const uint8_t *end, const char **key, uint32_t *kl, int *is_json,
+                       const char **text, uint32_t *tl) {
+    const uint8_t *r = *q;
+    if (end - r < 4 || (*kl = sck_le32(r), (size_t)(end - r - 4) < (size_t)*kl + 5)) return 0;
+    *key = (const char *)r + 4;
+    r += 4 + *kl;
+    *is_json = *r++ != 0;
+    if (end - r < 4 || (*tl = sck_le32(r), (size_t)(end - r - 4) < *tl)) return 0;
+    *text = (const char *)r + 4;
+    *q = r + 4 + *tl;
+    return 1;
+}
+
+/* Every rank's records -> the __metadata__ dict of strings, in the plan's (sorted) key order. */
 static int decode_values(const save_plan *p, const uint8_t *all, size_t total, sck_value **out) {
-    sck_value *got = sck_value_dict(), *md = sck_value_dict();
-    int rc = got && md ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
+    sck_value *got = sck_value_dict(), *md = sck_value_dict(), *json = sck_value_list();
+    int rc = got && md && json ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     const uint8_t *q = all, *end = all + total;
     while (!rc && q < end) {
-        uint32_t kl, jl;
-        if (end - q < 4 || (kl = sck_le32(q), (size_t)(end - q - 4) < (size_t)kl + 4)) {
+        const char *k, *text;
+        uint32_t kl, tl;
+        int is_json;
+        if (!next_record(&q, end, &k, &kl, &is_json, &text, &tl)) {
             rc = sck_err(SCK_ERR_FORMAT, "value records are corrupt");
             break;
         }
-        char *key = sck_strndup((const char *)q + 4, kl);
-        q += 4 + kl;
-        jl = sck_le32(q);
-        if ((size_t)(end - q - 4) < jl) rc = sck_err(SCK_ERR_FORMAT, "value records are corrupt");
-        else if (!key || sck_value_dict_set(got, key, sck_value_string_n((const char *)q + 4, jl)))
-            rc = sck_err(SCK_ERR_NOMEM, "out of memory");
+        /* the record itself, by key: [is_json byte][text] */
+        char *key = sck_strndup(k, kl);
+        sck_value *rec = sck_value_bytes(text - 5, (size_t)tl + 5);
+        if (!key || !rec || sck_value_dict_set(got, key, rec)) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
         free(key);
-        q += 4 + jl;
     }
     for (size_t i = 0; i < p->m.n && !rc; i++) {
         if (!p->m.e[i].is_bytes) continue;
-        const sck_value *v = sck_value_dict_get(got, p->m.e[i].key);
-        if (!v) rc = sck_err(SCK_ERR_FORMAT, "'%s': no rank sent its value", p->m.e[i].key);
-        else if (sck_value_dict_set(md, p->m.e[i].key, sck_value_clone(v))) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
+        const char *key = p->m.e[i].key;
+        size_t n = 0;
+        const uint8_t *r = (const uint8_t *)sck_value_get_string(sck_value_dict_get(got, key), &n);
+        if (!r) rc = sck_err(SCK_ERR_FORMAT, "'%s': no rank sent its value", key);
+        else rc = st_meta_put(md, json, key, (const char *)r + 5, n - 5, r[0] != 0);
     }
+    if (!rc) rc = st_meta_finish(md, json);
     sck_value_free(got);
+    sck_value_free(json);
     if (rc) {
         sck_value_free(md);
         return rc;
@@ -104,7 +125,7 @@ static int build_layout(const save_plan *p, const sck_value *values, const char 
         memcpy(t[n].shape, e->shape, sizeof t[n].shape);
         tix[i] = n++;
     }
-    int rc = st_layout_build(t, n, sck_value_len(values) ? values : NULL, o->format == SCK_FULL_HF_SHARDED,
+    int rc = st_layout_build(t, n, values, o->format == SCK_FULL_HF_SHARDED,
                              o->max_shard_bytes, path, L);
     free(t);
     return rc;
@@ -194,7 +215,7 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
     comm_gather_free(comm, all);
     all = NULL;
 
-    /* 2: blob/value JSON from whichever rank the plan picked for each */
+    /* 2: blob/value __metadata__ text from whichever rank the plan picked for each */
     mine.len = 0;
     if (!local) local = encode_values(&plan, rank, st, &mine);
     rc = comm_agree_gather(comm, local, mine.data, mine.len, &all, counts);

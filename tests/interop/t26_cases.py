@@ -18,6 +18,10 @@ planner_data paths against the real torch 2.6 in the trixie chroot (tests/intero
   2 more steps, and has the uninterrupted run's parameters and Adam moments bit for bit.
 - (t) Adam resume: a C trainer resumes torch 2.6's saved Adam state on 3 and 2 thread ranks and torch
   restores what it saved (t26_adam_case.py).
+- (t) __metadata__: files safetensors 0.4.5 wrote with other tools' metadata strings go through every
+  conversion (safetensors, HF, DCP and back, both engines) and safe_open(...).metadata() reads every
+  string back exactly; torch reads each as the same str from the DCP; diff reports a one-byte change by
+  key; torch's DCP values become strings as themselves and JSON named in "shardckpt.json_keys".
 - (t) planner_data: torch's dcp_to_torch_save of a shardckpt re-save of a Module + Adam state
   (get_state_dict) gives the same nested dict as of torch's own save.
 A missing chroot is a failure, never a skip.
@@ -149,6 +153,28 @@ def planner_data(ri, w):
     return out
 
 
+def stmeta(ri, w):
+    out = py26(ri, "t26_stmeta.py", "make", w)
+    p = lambda *x: os.path.join(w, *x)  # noqa: E731
+    a = p("a.safetensors")
+    steps = ((a, p("a1.safetensors"), []), (a, p("a2.safetensors"), ["--ranks", "2"]), (a, p("hf1"), ["--to", "hf"]),
+             (p("hf"), p("h1.safetensors"), []), (p("hf"), p("hf2"), ["--to", "hf", "--ranks", "2"]),
+             (p("hf"), p("dcp"), ["--to", "dcp", "--ranks", "2"]), (p("dcp"), p("d1.safetensors"), ["--ranks", "3"]),
+             (p("dcp"), p("dhf"), ["--to", "hf"]))
+    for src, dst, opts in steps:
+        ri.run([ri.CLI, "convert", src, dst] + opts)
+        ri.run([ri.CLI, "diff", a, dst])
+        out += py26(ri, "t26_stmeta.py", "dcp" if dst.endswith("dcp") else "check", dst)
+    msg = ri.run_fail([ri.CLI, "diff", a, p("b.safetensors")])
+    if "~ lr" not in msg or "(text differs from byte 6)" not in msg:
+        raise ri.Failure("diff did not report the one-byte change of __metadata__ 'lr':\n" + msg)
+    out += py26(ri, "t26_stmeta.py", "save-dcp", p("tv"))
+    ri.run([ri.CLI, "convert", p("tv"), p("tv.safetensors")])
+    out += py26(ri, "t26_stmeta.py", "values", p("tv.safetensors"))
+    ri.run([ri.CLI, "diff", p("tv"), p("tv.safetensors")])
+    return out
+
+
 def add_cases(s, ri):
     import t26_adam_case  # it uses py26 from here
     def in_root(fn):
@@ -177,5 +203,7 @@ def add_cases(s, ri):
     s.case("(t) torch 2.6 get_state_dict of Module + Adam -> a C program (tests/interop/t26_adam.c) resumes it as flat "
            "shards on 3 and 2 ranks, 2 Adam steps, saves; torch set_state_dict restores it = the uninterrupted run",
            in_root(t26_adam_case.adam_resume))
+    s.case("(t) safetensors 0.4.5 __metadata__ strings kept exactly through st, HF and DCP (both engines); torch reads "
+           "them as str; diff names a one-byte change; DCP values as strings and JSON keys", in_root(stmeta))
     s.case("(t) torch 2.6 dcp_to_torch_save: shardckpt's re-save of Module + Adam state unflattens as torch's own "
            "(planner_data paths)", in_root(planner_data))
