@@ -9,6 +9,9 @@ CFLAGS  ?=
 CPPFLAGS_ALL := -Iinclude -Isrc -D_GNU_SOURCE
 CFLAGS_ALL   := -std=c11 $(OPT) $(WARN) -fPIC $(CFLAGS)
 LDLIBS_ALL   := -lisal -lpthread -lm
+# The library's version, from include/shardckpt.h (one place); SOMAJOR is the shared library's soname version.
+VERSION := $(shell sed -n 's/^\#define SCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$$/\2/p' include/shardckpt.h | paste -sd. -)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 
 # The core library: everything in src/<layer>/ (docs/DESIGN.md) except optional backends (MPI has its own library).
 LIB_SRC := $(filter-out src/comm/comm_mpi.c,$(wildcard src/*/*.c))
@@ -57,8 +60,13 @@ $(BUILD)/libshardckpt_internal.a: $(LIB_OBJ)
 	@mkdir -p $(dir $@)
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/libshardckpt.so: $(LIB_OBJ)
-	$(CC) -shared -o $@ $^ $(LDFLAGS) $(LDLIBS_ALL)
+# The shared library's soname carries the major version: programs linked against 0.x load libshardckpt.so.0.
+$(BUILD)/libshardckpt.so.$(VERSION): $(LIB_OBJ)
+	$(CC) -shared -Wl,-soname,libshardckpt.so.$(SOMAJOR) -o $@ $^ $(LDFLAGS) $(LDLIBS_ALL)
+
+$(BUILD)/libshardckpt.so: $(BUILD)/libshardckpt.so.$(VERSION)
+	ln -sf libshardckpt.so.$(VERSION) $(BUILD)/libshardckpt.so.$(SOMAJOR)
+	ln -sf libshardckpt.so.$(VERSION) $@
 
 $(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt_internal.a
 	@mkdir -p $(dir $@)
@@ -97,8 +105,12 @@ $(BUILD)/obj/mpi/comm_mpi.o: src/comm/comm_mpi.c $(HDRS)
 $(BUILD)/libshardckpt_mpi.a: $(BUILD)/obj/mpi/comm_mpi.o
 	rm -f $@ && $(AR) rcs $@ $^
 
-$(BUILD)/libshardckpt_mpi.so: $(BUILD)/obj/mpi/comm_mpi.o $(BUILD)/libshardckpt.so
-	$(MPI_CC) -shared -o $@ $< -L$(BUILD) -lshardckpt $(LDFLAGS)
+$(BUILD)/libshardckpt_mpi.so.$(VERSION): $(BUILD)/obj/mpi/comm_mpi.o $(BUILD)/libshardckpt.so
+	$(MPI_CC) -shared -Wl,-soname,libshardckpt_mpi.so.$(SOMAJOR) -o $@ $< -L$(BUILD) -lshardckpt $(LDFLAGS)
+
+$(BUILD)/libshardckpt_mpi.so: $(BUILD)/libshardckpt_mpi.so.$(VERSION)
+	ln -sf libshardckpt_mpi.so.$(VERSION) $(BUILD)/libshardckpt_mpi.so.$(SOMAJOR)
+	ln -sf libshardckpt_mpi.so.$(VERSION) $@
 
 # fsdp_train is the MPI build when MPI is there (it still runs as threads with --threads N), else threads only.
 ifeq ($(HAVE_MPI),1)
@@ -205,6 +217,48 @@ fuzz-smoke: fuzz
 		grep -E '^stat::number_of_executed_units|^#[0-9]+.*DONE' $(BUILD)/fuzz/$$t.log | tail -n 2; \
 		echo "   corpus $$(ls $$work | wc -l) inputs"; rm -rf $$work; \
 	done; echo "fuzz-smoke: $(words $(FUZZ_NAMES)) passed, 0 failed"
+
+# Installation (README "Installing"): headers, the sealed static and the versioned shared libraries, the CLI
+# and pkg-config files.  `make install PREFIX=/usr DESTDIR=/tmp/stage` stages for a package; the .pc files
+# name PREFIX, not DESTDIR.  The MPI library, its header and shardckpt-mpi.pc come along when MPI is built;
+# shardckpt-mpi.pc requires the pkg-config module of the MPI it was built against.
+PREFIX       ?= /usr/local
+BINDIR       ?= $(PREFIX)/bin
+LIBDIR       ?= $(PREFIX)/lib
+INCLUDEDIR   ?= $(PREFIX)/include
+PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
+MPI_PC       := $(shell $(MPICC) -showme:version >/dev/null 2>&1 && echo ompi-c || echo mpich)
+INSTALL_HDRS := $(filter-out $(if $(HAVE_MPI),,include/shardckpt_mpi.h),$(wildcard include/*.h))
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
+	-e 's|@VERSION@|$(VERSION)|g; s|@MPI_PC@|$(MPI_PC)|g'
+D := $(DESTDIR)
+
+.PHONY: install uninstall
+install: all $(if $(HAVE_MPI),mpi)
+	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCLUDEDIR) $(D)$(PKGCONFIGDIR)
+	install -m 644 $(INSTALL_HDRS) $(D)$(INCLUDEDIR)/
+	install -m 755 $(BUILD)/bin/shardckpt $(D)$(BINDIR)/
+	install -m 644 $(BUILD)/libshardckpt.a $(D)$(LIBDIR)/
+	install -m 755 $(BUILD)/libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt.so.$(SOMAJOR)
+	ln -sf libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt.so
+	$(PC_SED) pkgconfig/shardckpt.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt.pc
+ifeq ($(HAVE_MPI),1)
+	install -m 644 $(BUILD)/libshardckpt_mpi.a $(D)$(LIBDIR)/
+	install -m 755 $(BUILD)/libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_mpi.so.$(SOMAJOR)
+	ln -sf libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_mpi.so
+	$(PC_SED) pkgconfig/shardckpt-mpi.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt-mpi.pc
+endif
+	@# a system directory's loader cache needs refreshing; a staged or private prefix does not
+	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
+
+# Removes exactly what install puts there (headers by name, not the directories).
+uninstall:
+	rm -f $(addprefix $(D)$(INCLUDEDIR)/,$(notdir $(wildcard include/*.h))) $(D)$(BINDIR)/shardckpt
+	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt.a libshardckpt.so libshardckpt.so.$(SOMAJOR) libshardckpt.so.$(VERSION))
+	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt_mpi.a libshardckpt_mpi.so libshardckpt_mpi.so.$(SOMAJOR) libshardckpt_mpi.so.$(VERSION))
+	rm -f $(D)$(PKGCONFIGDIR)/shardckpt.pc $(D)$(PKGCONFIGDIR)/shardckpt-mpi.pc
 
 clean:
 	rm -rf build build-asan

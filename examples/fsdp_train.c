@@ -18,6 +18,7 @@
  * --resume CKPT continues from one, on any number of ranks: the same count reproduces an uninterrupted run
  * bit for bit; another count regroups the gradient sums, so it matches within float rounding.
  */
+#define _POSIX_C_SOURCE 200809L /* pthread barriers under -std=c11 */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>

@@ -4,6 +4,8 @@
 #   1b. layout: files by layer, each layer calling only downward (tests/check_layout.py)
 #   1c. link: the libraries export only what include/*.h declares; a program with its own write_file, plan_build...
 #       links and runs against the static and the shared library (tests/link/run.sh)
+#   1d. install: `make install` into a temporary prefix; quickstart.c built out of tree with only pkg-config
+#       (C, C++, static) and fsdp_train with shardckpt-mpi; DESTDIR staging; uninstall (tests/install/run.sh)
 #   2. the same tests under AddressSanitizer + UndefinedBehaviorSanitizer
 #   3. interop with the real PyTorch DCP through the CLI: Debian 12's torch 1.13 and Debian 13's torch 2.6 in a
 #      trixie chroot (tests/interop/torch26_root.sh builds it on the first run and reuses it after)
@@ -45,6 +47,10 @@ echo "== link (tests/link/run.sh: exported symbols, a program's own names never 
 $MAKE --no-print-directory BUILD="$B" mpi > "$log" 2>&1 || status=1
 sh tests/link/run.sh "$B" > "$log" 2>&1 || status=1
 count "link"
+
+echo "== install (tests/install/run.sh: make install, pkg-config builds out of tree, uninstall)"
+MAKE="$MAKE" sh tests/install/run.sh "$B" > "$log" 2>&1 || status=1
+count "install"
 
 echo "== C tests under ASan+UBSan (build-asan/)"
 if $MAKE --no-print-directory test-asan > "$log" 2>&1; then
