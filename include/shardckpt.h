@@ -382,6 +382,57 @@ SCK_API int sck_state_loaded(const sck_state *st, const char *key);
 SCK_API size_t sck_state_unexpected(const sck_state *st, const char *const **keys);
 
 /* ------------------------------------------------------------------------ */
+/* Device memory (tensors on a GPU or other accelerator)                     */
+/* ------------------------------------------------------------------------ */
+
+/** The memory operations of a device whose memory the library must never touch directly (a GPU's).
+ *  A state that holds device pieces (sck_state_add_device_box ...) is saved and loaded through them:
+ *  sck_save copies each piece device -> host into the writer's staging buffers (2 x staging_mib, from
+ *  host_alloc when given) and writes them from there, the copy of the next block overlapping the
+ *  write of the one before; sck_load reads each block into host staging and copies it up.  No
+ *  second host copy of the state is ever made (an async save's snapshot aside: sck_save_async).
+ *  All return SCK_OK or a negative status (set a message with sck_err: the library prefixes it with
+ *  the tensor and byte offset).  `ctx` is the pointer given to sck_state_set_device.  The library
+ *  calls them from the thread of the save or load, or (sck_save_async with SCK_SAVE_NO_COPY) its
+ *  background writer, never from two threads at once for one state; give each rank its own ctx.
+ *  libshardckpt_cuda implements them for CUDA (include/shardckpt_cuda.h). */
+typedef struct sck_device_ops {
+    /** Copies n bytes from device address `dev` to host memory `host`.  May return before the copy
+     *  is done when `wait` is set: the bytes are read only after wait returns. */
+    int (*copy_to_host)(void *ctx, void *host, const void *dev, size_t n);
+    /** Copies n bytes from host memory `host` to device address `dev`; asynchronous as copy_to_host
+     *  (`host` stays unchanged until wait returns). */
+    int (*copy_to_device)(void *ctx, void *dev, const void *host, size_t n);
+    /** Waits for every copy issued through ctx so far and returns the first error among them.
+     *  NULL: both copies are synchronous. */
+    int (*wait)(void *ctx);
+    /** n bytes of page-locked (pinned) host memory, 4 KiB aligned, or NULL when none is left; NULL
+     *  function: the library uses its own (pageable) memory for staging and snapshots. */
+    void *(*host_alloc)(void *ctx, size_t n);
+    /** Frees what host_alloc returned (p, and the n asked for).  Required with host_alloc. */
+    void (*host_free)(void *ctx, void *p, size_t n);
+} sck_device_ops;
+
+/** Sets the device operations of `st`'s device pieces.  The table and ctx are borrowed: they must
+ *  outlive `st` and every sck_async handle that saved it (its snapshot is host_alloc'ed memory).  One
+ *  table per state; setting another while device pieces are added is SCK_ERR_INVALID_ARG.
+ *  Errors: SCK_ERR_INVALID_ARG (NULL st/ops, copy_to_host or copy_to_device missing, host_alloc
+ *  without host_free). */
+SCK_API int sck_state_set_device(sck_state *st, const sck_device_ops *ops, void *ctx);
+
+/** As sck_state_add_box, for a box whose `data` is a device address (sck_state_set_device first).
+ *  The library reads and writes it only through the ops.  Errors as sck_state_add_box, and
+ *  SCK_ERR_INVALID_ARG when the state has no device operations. */
+SCK_API int sck_state_add_device_box(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                                     const int64_t *offsets, const int64_t *sizes, void *data);
+/** As sck_state_add_flat, for a flat range at device address `data`.  Errors as sck_state_add_device_box. */
+SCK_API int sck_state_add_device_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                                      int64_t begin, int64_t count, void *data);
+/** As sck_state_add_replicated, for a tensor at device address `data`.  Errors as sck_state_add_device_box. */
+SCK_API int sck_state_add_device_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                                            void *data);
+
+/* ------------------------------------------------------------------------ */
 /* Save and load                                                             */
 /* ------------------------------------------------------------------------ */
 
@@ -393,7 +444,9 @@ typedef struct sck_save_opts {
      *  straight from the caller's buffers, except pieces under 1 KiB and,
      *  with SCK_SAVE_DIRECT_IO, pieces under 256 KiB and unaligned data,
      *  which are copied too.  This bounds the extra memory of sck_save to
-     *  about 2 x staging_mib per rank. */
+     *  about 2 x staging_mib per rank.  Device pieces (sck_state_add_device_box)
+     *  are copied device -> host into these buffers block by block (pinned when
+     *  the ops have host_alloc) and written from there, within the same bound. */
     unsigned staging_mib;
     /** Reserved, must be 0 (sck_save and sck_save_async reject a nonzero one with SCK_ERR_INVALID_ARG naming it). */
     unsigned reserved[6];
@@ -521,8 +574,13 @@ SCK_API int sck_wait(sck_async *a);
 typedef struct sck_load_opts {
     /** Bit set of SCK_LOAD_* flags. */
     unsigned flags;
+    /** Device pieces only (sck_state_add_device_box): size in MiB of each of the two host staging
+     *  buffers their bytes are read into before the copy to the device (0: 64), from the ops'
+     *  host_alloc when it is given.  This field took the place of the first reserved slot (a caller
+     *  that zeroed the struct gets the default). */
+    unsigned staging_mib;
     /** Reserved, must be 0 (sck_load rejects a nonzero one with SCK_ERR_INVALID_ARG naming it). */
-    unsigned reserved[7];
+    unsigned reserved[6];
 } sck_load_opts;
 
 /** Keys requested but absent from the checkpoint are skipped, not an error;

@@ -152,7 +152,7 @@ static int tensor_entry(sck_state *st, const char *key, sck_dtype dtype, int ndi
     return SCK_OK;
 }
 
-static int add_piece(sck_state *st, st_entry *e, const sck_box *b, void *data) {
+static int add_piece(sck_state *st, st_entry *e, const sck_box *b, void *data, int dev) {
     state_touch(st);
     if (e->npieces == e->cap) {
         size_t cap = e->cap ? e->cap * 2 : 2;
@@ -163,12 +163,14 @@ static int add_piece(sck_state *st, st_entry *e, const sck_box *b, void *data) {
     }
     e->pieces[e->npieces].box = *b;
     e->pieces[e->npieces].data = data;
+    e->pieces[e->npieces].dev = dev;
     e->npieces++;
+    st->ndev += dev != 0;
     return SCK_OK;
 }
 
-int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
-                      const int64_t *offsets, const int64_t *sizes, void *data) {
+static int add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                   const int64_t *offsets, const int64_t *sizes, void *data, int dev) {
     st_entry *e;
     int rc = tensor_entry(st, key, dtype, ndim, shape, 0, &e);
     if (rc) return rc;
@@ -183,11 +185,11 @@ int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim,
     if (!box_within(&b, shape)) return sck_err(SCK_ERR_INVALID_ARG, "%s: box lies outside the tensor's shape", key);
     if (!data && box_numel(&b) > 0) return sck_err(SCK_ERR_INVALID_ARG, "%s: NULL data for a non-empty box", key);
     if (box_empty(&b)) return SCK_OK; /* nothing to save or load; the key still exists */
-    return add_piece(st, e, &b, data);
+    return add_piece(st, e, &b, data, dev);
 }
 
-int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
-                       int64_t begin, int64_t count, void *data) {
+static int add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                    int64_t begin, int64_t count, void *data, int dev) {
     st_entry *e;
     int rc = tensor_entry(st, key, dtype, ndim, shape, 0, &e);
     if (rc) return rc;
@@ -200,14 +202,14 @@ int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim
     size_t elem = sck_dtype_size(dtype);
     uint64_t done = 0;
     for (int i = 0; i < nb; i++) {
-        rc = add_piece(st, e, &boxes[i], (uint8_t *)data + done * elem);
+        rc = add_piece(st, e, &boxes[i], (uint8_t *)data + done * elem, dev);
         if (rc) return rc;
         done += box_numel(&boxes[i]);
     }
     return SCK_OK;
 }
 
-int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape, void *data) {
+static int add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape, void *data, int dev) {
     st_entry *e;
     int rc = tensor_entry(st, key, dtype, ndim, shape, 1, &e);
     if (rc) return rc;
@@ -217,7 +219,56 @@ int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, in
     for (int i = 0; i < ndim; i++) b.size[i] = shape[i];
     if (!data && box_numel(&b) > 0) return sck_err(SCK_ERR_INVALID_ARG, "%s: NULL data for a replicated tensor", key);
     if (box_empty(&b)) return SCK_OK;
-    return add_piece(st, e, &b, data);
+    return add_piece(st, e, &b, data, dev);
+}
+
+int sck_state_add_box(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                      const int64_t *offsets, const int64_t *sizes, void *data) {
+    return add_box(st, key, dtype, ndim, shape, offsets, sizes, data, 0);
+}
+
+int sck_state_add_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                       int64_t begin, int64_t count, void *data) {
+    return add_flat(st, key, dtype, ndim, shape, begin, count, data, 0);
+}
+
+int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape, void *data) {
+    return add_replicated(st, key, dtype, ndim, shape, data, 0);
+}
+
+/* Device pieces: the same entries, whose data only the state's dev_ops may touch. */
+int sck_state_set_device(sck_state *st, const sck_device_ops *ops, void *ctx) {
+    if (!st || !ops) return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: NULL state or ops");
+    if (!ops->copy_to_host || !ops->copy_to_device)
+        return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: copy_to_host and copy_to_device are required");
+    if (ops->host_alloc && !ops->host_free) return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: host_alloc without host_free");
+    if (st->ndev && (st->dev_ops != ops || st->dev_ctx != ctx))
+        return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: the state already holds device pieces of other ops");
+    st->dev_ops = ops;
+    st->dev_ctx = ctx;
+    return SCK_OK;
+}
+
+static int need_device(const sck_state *st, const char *key) {
+    if (st && !st->dev_ops) return sck_err(SCK_ERR_INVALID_ARG, "%s: a device piece needs sck_state_set_device first", key ? key : "(null)");
+    return SCK_OK;
+}
+
+int sck_state_add_device_box(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                             const int64_t *offsets, const int64_t *sizes, void *data) {
+    int rc = need_device(st, key);
+    return rc ? rc : add_box(st, key, dtype, ndim, shape, offsets, sizes, data, 1);
+}
+
+int sck_state_add_device_flat(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape,
+                              int64_t begin, int64_t count, void *data) {
+    int rc = need_device(st, key);
+    return rc ? rc : add_flat(st, key, dtype, ndim, shape, begin, count, data, 1);
+}
+
+int sck_state_add_device_replicated(sck_state *st, const char *key, sck_dtype dtype, int ndim, const int64_t *shape, void *data) {
+    int rc = need_device(st, key);
+    return rc ? rc : add_replicated(st, key, dtype, ndim, shape, data, 1);
 }
 
 int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n) {

@@ -10,6 +10,7 @@ typedef enum ent_kind { ENT_TENSOR = 0, ENT_BLOB = 1, ENT_VALUE = 2 } ent_kind;
 typedef struct st_piece {
     sck_box box;
     void *data;          /* row-major over box */
+    int dev;             /* data is a device address: touched only through the state's dev_ops */
 } st_piece;
 
 typedef struct st_entry {
@@ -41,6 +42,9 @@ struct sck_state {
     size_t nunexpected;
     int flat;            /* an async save's copy: entries, keys, pieces and blobs live in the handle's
                           * snapshot memory (only values are owned; no hash, state_find finds nothing) */
+    const sck_device_ops *dev_ops; /* sck_state_set_device (borrowed), or NULL */
+    void *dev_ctx;
+    size_t ndev;         /* device pieces */
     uint64_t stamp;      /* drawn anew (state_touch) whenever the structure may change: no two states,
                           * and no two structures of one state, share a stamp; 0 for a flat copy */
 };

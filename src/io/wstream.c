@@ -55,6 +55,9 @@ struct wstream {
     unsigned nbufs;
     uint64_t stage;
     ws_pool *pool;         /* where bufs came from and go back to, or NULL */
+    void *(*alloc)(void *, size_t); /* where bufs come from instead of mmap, or NULL (ws_opts) */
+    void (*release)(void *, void *, size_t);
+    void *actx;
     int *free_list;
     unsigned nfree;
     int cur;
@@ -236,7 +239,11 @@ static int take_buf(wstream *w) {
     w->holds[b] = 1; /* the caller's */
     pthread_mutex_unlock(&w->mu);
     if (!w->bufs[b]) {
-        void *m = mmap(NULL, w->stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        void *m = w->alloc ? w->alloc(w->actx, w->stage) : mmap(NULL, w->stage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (w->alloc && (!m || (uintptr_t)m % WS_ALIGN)) {
+            if (m) w->release(w->actx, m, w->stage);
+            m = MAP_FAILED;
+        }
         if (m == MAP_FAILED) {
             pthread_mutex_lock(&w->mu);
             w->holds[b] = 0;
@@ -245,7 +252,7 @@ static int take_buf(wstream *w) {
             return sck_err(SCK_ERR_NOMEM, "%s: out of memory for a %llu-byte staging buffer", w->path, (unsigned long long)w->stage);
         }
         w->bufs[b] = m;
-        w->huge[b] = 0;
+        w->huge[b] = w->alloc != NULL; /* pinned memory takes no advice */
     }
     w->cur = b;
     w->cur_len = 0;
@@ -373,6 +380,24 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
     return copy_in(w, b, n);
 }
 
+int ws_reserve(wstream *w, uint64_t n, uint8_t **p, uint64_t *got) {
+    int rc;
+    if (w->cur < 0 && (rc = take_buf(w))) return rc;
+    uint64_t room = w->stage - w->cur_len;
+    *p = w->bufs[w->cur] + w->cur_len;
+    *got = room < n ? room : n;
+    return SCK_OK;
+}
+
+int ws_commit(wstream *w, uint64_t k) {
+    if (k == 0) return SCK_OK;
+    uint8_t *d = w->bufs[w->cur] + w->cur_len;
+    w->cur_len += k;
+    w->copied += k;
+    add_piece(w, d, k);
+    return after_piece(w);
+}
+
 int ws_append_const(wstream *w, const void *p, uint64_t n) {
     const uint8_t *b = p;
     if (n == 0) return SCK_OK;
@@ -412,6 +437,7 @@ static int finish(wstream *w, int hard) {
     }
     for (unsigned i = 0; w->bufs && i < w->nbufs; i++) {
         if (w->pool) w->pool->buf[i] = w->bufs[i]; /* kept, faulted in, for the next stream */
+        else if (w->bufs[i] && w->alloc) w->release(w->actx, w->bufs[i], w->stage);
         else if (w->bufs[i]) munmap(w->bufs[i], w->stage);
     }
     if (w->started) {
@@ -479,7 +505,8 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }
     for (unsigned i = 0; i < w->nbufs; i++) w->free_list[w->nfree++] = (int)(w->nbufs - 1 - i);
-    if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
+    if (o && o->alloc && o->release) w->alloc = o->alloc, w->release = o->release, w->actx = o->alloc_ctx;
+    else if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
         w->pool = o->pool;
         if (w->pool->size != w->stage) ws_pool_free(w->pool);
         w->pool->size = w->stage;

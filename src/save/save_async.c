@@ -74,8 +74,10 @@ void sck_async_free(sck_async *a) {
     sck_comm_free(a->single);
     sck_state_free(a->keep.copy); /* before the snapshot it lives in */
     free(a->keep.copy_ops);
+    free(a->keep.dev_ops);
+    free(a->keep.dev_keys);
     plan_free(&a->keep.plan);
-    if (a->keep.snap.mem) munmap(a->keep.snap.mem, a->keep.snap.cap);
+    save_snapshot_free(&a->keep.snap);
     ws_pool_free(&a->keep.stage);
     free(a);
 }

@@ -208,6 +208,8 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
 
     /* 1: plans */
     int local = counts ? fault(rank, "plan") : sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", rank);
+    if (!local && st->ndev) /* its writes go straight from the boxes to their places: none staged */
+        local = sck_err(SCK_ERR_UNSUPPORTED, "rank %d: sck_save_full: device pieces are not supported; use sck_save", rank);
     if (!local) local = plan_encode_local(st, 0, &mine);
     int rc = counts ? comm_agree_gather(comm, local, mine.data, mine.len, &all, counts) : comm_agree(comm, local);
     if (rc) goto out;

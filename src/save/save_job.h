@@ -28,7 +28,17 @@ typedef struct save_src {
     uint32_t pkl_crc;         /* its CRC-32 (zip's), computed once per copy */
     const uint8_t *payload;   /* caller's buffer, or inside the snapshot; NULL for bytes/values */
     uint64_t plen;
+    int dev;                  /* payload is a device address (streamed through staging: save_device.c) */
+    const char *key;          /* the tensor's key, for the messages of device copies */
 } save_src;
+
+/* A few bytes of the data file rewritten once the file is written: the CRC-32 in the zip local header
+ * of a device payload, known only after the payload has gone through staging. */
+typedef struct save_patch {
+    uint64_t off;
+    uint32_t n;
+    uint8_t b[28];
+} save_patch;
 
 /* Memory an async save copies the state into (tensor data, then the entry table, keys and blobs);
  * kept by the sck_async handle so the next save reuses it (faulting fresh memory in costs more than
@@ -36,7 +46,12 @@ typedef struct save_src {
 typedef struct save_snapshot {
     uint8_t *mem;
     size_t cap;
+    const sck_device_ops *ops; /* mem came from ops->host_alloc (pinned, for a state's device pieces), or NULL: mmap */
+    void *ctx;
 } save_snapshot;
+
+/* Frees the snapshot's memory (save_write.c). */
+void save_snapshot_free(save_snapshot *s);
 
 /* Where a state copy goes in the snapshot (save_copy_measure), and whether the state has the
  * structure of the copy before. */
@@ -59,6 +74,9 @@ typedef struct save_keep {
     int copy_data;
     copy_op *copy_ops;        /* the tensor bytes' copies into snap (copy_data only) */
     size_t copy_nops;
+    copy_op *dev_ops;         /* the device pieces' copies into snap, through the state's device ops */
+    const char **dev_keys;    /* their keys (inside snap) */
+    size_t dev_nops;
     save_plan plan;           /* built from the exchange of copy's structure ... */
     int plan_ok;
     int rank;                 /* ... for this rank ... */
@@ -93,6 +111,10 @@ typedef struct save_job {
     int meta_early;           /* meta holds it (else .metadata is encoded whole at the end) */
     int fabric;               /* SCK_SAVE_FABRIC: rank 0 writes meta.pt, the plan leaves its entries out */
     sck_buf meta_pt;          /* rank 0, fabric: meta.pt's bytes, encoded from the state in save_begin */
+    const sck_device_ops *dev_ops; /* the state's, for its device pieces (save_src.dev) */
+    void *dev_ctx;
+    save_patch *patches;      /* the data file's bytes to rewrite once written (device payloads' CRCs) */
+    size_t npatches, patch_cap;
 } save_job;
 
 /* Flags and options checked by the caller.  keep (async saves): copy the state into keep (tensor
@@ -123,5 +145,18 @@ void save_copy_measure(const sck_state *st, const sck_state *old, int copy_data,
 int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, int threads, int unchanged, save_keep *keep);
 int save_write_file(save_job *j);
 void save_free_items(save_job *j);
+
+/* save_device.c: a device payload of n bytes at `dev` appended to w through its staging buffers, block
+ * by block (copy to host, then checksums, then the block goes to the writer), with its zip CRC-32 and
+ * CRC-32C.  Errors: the ops' (naming key and byte offset), the stream's. */
+int save_dev_payload(const save_job *j, wstream *w, const char *path, const char *key, const uint8_t *dev, uint64_t n,
+                     uint32_t *crc, uint32_t *crc_c);
+/* Records that the n (<= 28) bytes at p go to file offset off once the file is written. */
+int save_add_patch(save_job *j, uint64_t off, const uint8_t *p, size_t n);
+/* Rewrites the patched bytes of the closed file at `path` (and fsyncs it where the save does). */
+int save_apply_patches(save_job *j, const char *path);
+/* Copies the device pieces of an async save's state into the snapshot (keep->dev_ops), waiting for
+ * every copy.  Errors: the ops', naming the tensor. */
+int save_dev_snapshot(const sck_state *st, const save_keep *keep);
 
 #endif

@@ -35,19 +35,34 @@ void save_free_items(save_job *j) {
     j->src = NULL;
     free(j->recs);
     j->recs = NULL;
+    free(j->patches);
+    j->patches = NULL;
+    j->npatches = j->patch_cap = 0;
 }
 
 /* Grows the snapshot to hold n bytes.  Huge pages: first-touch faults are most of a fresh buffer's cost. */
-static int snapshot_reserve(save_snapshot *s, size_t n) {
-    if (s->cap >= n) return SCK_OK;
-    if (s->mem) munmap(s->mem, s->cap);
+void save_snapshot_free(save_snapshot *s) {
+    if (s->mem && s->ops) s->ops->host_free(s->ctx, s->mem, s->cap);
+    else if (s->mem) munmap(s->mem, s->cap);
     s->mem = NULL;
     s->cap = 0;
-    void *m = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    s->ops = NULL;
+    s->ctx = NULL;
+}
+
+/* A state with device pieces gets a pinned snapshot from its ops (host_alloc, where they have one), so
+ * that the copies from the device run at full speed; a snapshot from other memory is replaced. */
+static int snapshot_reserve(save_snapshot *s, size_t n, const sck_device_ops *ops, void *ctx) {
+    if (s->cap >= n && s->ops == ops && s->ctx == ctx) return SCK_OK;
+    save_snapshot_free(s);
+    void *m = ops ? ops->host_alloc(ctx, n) : mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (ops && !m) return sck_err(SCK_ERR_NOMEM, "out of pinned memory (the device ops' host_alloc) for a %zu-byte snapshot of the state", n);
     if (m == MAP_FAILED) return sck_err(SCK_ERR_NOMEM, "out of memory for a %zu-byte snapshot of the state", n);
-    madvise(m, n, MADV_HUGEPAGE); /* advice only */
+    if (!ops) madvise(m, n, MADV_HUGEPAGE); /* advice only */
     s->mem = m;
     s->cap = n;
+    s->ops = ops;
+    s->ctx = ctx;
     return SCK_OK;
 }
 
@@ -94,7 +109,7 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
         /* Entries, pieces, keys, blobs and values are still what they were: blobs and values change
          * only with a new stamp (sck_state_add_blob copies; a load replaces them). */
         copy_parallel(keep->copy_ops, keep->copy_nops, threads);
-        return SCK_OK;
+        return save_dev_snapshot(st, keep);
     }
     sck_state_free(keep->copy); /* its structure is about to be overwritten */
     keep->copy = NULL;
@@ -102,7 +117,13 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
     free(keep->copy_ops);
     keep->copy_ops = NULL;
     keep->copy_nops = 0;
-    int rc = snapshot_reserve(snap, L->total ? L->total : 1);
+    free(keep->dev_ops);
+    free(keep->dev_keys);
+    keep->dev_ops = NULL;
+    keep->dev_keys = NULL;
+    keep->dev_nops = 0;
+    const sck_device_ops *pin = copy_data && st->ndev && st->dev_ops && st->dev_ops->host_alloc ? st->dev_ops : NULL;
+    int rc = snapshot_reserve(snap, L->total ? L->total : 1, pin, pin ? st->dev_ctx : NULL);
     sck_state *c = rc ? NULL : calloc(1, sizeof *c);
     if (!rc && !c) rc = sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
     if (rc) return rc;
@@ -112,6 +133,16 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
     size_t npieces = 0, nops = 0;
     for (size_t i = 0; copy_data && i < st->n; i++) npieces += st->e[i].kind == ENT_TENSOR ? st->e[i].npieces : 0;
     copy_op *ops = npieces ? malloc(npieces * sizeof *ops) : NULL;
+    size_t ndev = copy_data ? st->ndev : 0, dn = 0;
+    copy_op *dops = ndev ? malloc(ndev * sizeof *dops) : NULL;
+    const char **dkeys = ndev ? malloc(ndev * sizeof *dkeys) : NULL;
+    if (ndev && (!dops || !dkeys)) { /* device pieces can only be copied from a list */
+        free(ops);
+        free(dops);
+        free(dkeys);
+        free(c);
+        return sck_err(SCK_ERR_NOMEM, "out of memory copying the state");
+    }
     uint8_t *m = snap->mem;
     st_entry *ce = (st_entry *)(void *)(m + L->entries);
     st_piece *cp = (st_piece *)(void *)(m + L->pieces);
@@ -121,6 +152,9 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
     c->flat = 1;
     c->e = ce;
     c->cap = st->n;
+    c->dev_ops = st->dev_ops;
+    c->dev_ctx = st->dev_ctx;
+    c->ndev = ndev ? 0 : st->ndev; /* copied: the snapshot's pieces are host memory */
     /* One pass: each entry, its pieces (their tensor bytes placed in state order) and its key. */
     for (size_t i = 0; i < st->n && !rc; i++) {
         const st_entry *e = &st->e[i];
@@ -145,7 +179,8 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
             if (!copy_data || e->kind != ENT_TENSOR) continue;
             uint64_t nb = piece_bytes(e, &e->pieces[k]);
             off = align_up(off, payload_align(nb));
-            if (ops) ops[nops++] = (copy_op){m + off, e->pieces[k].data, (size_t)nb};
+            if (e->pieces[k].dev) dkeys[dn] = d->key, dops[dn++] = (copy_op){m + off, e->pieces[k].data, (size_t)nb}, cp[k].dev = 0;
+            else if (ops) ops[nops++] = (copy_op){m + off, e->pieces[k].data, (size_t)nb};
             else if (nb) memcpy(m + off, e->pieces[k].data, nb);
             cp[k].data = m + off;
             off += nb;
@@ -160,8 +195,17 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
             rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory copying a value", e->key);
     }
     if (!rc && ops) copy_parallel(ops, nops, threads);
+    keep->dev_ops = dops;
+    keep->dev_keys = dkeys;
+    keep->dev_nops = dn;
+    if (!rc) rc = save_dev_snapshot(st, keep);
     if (rc) {
         free(ops);
+        free(dops);
+        free(dkeys);
+        keep->dev_ops = NULL;
+        keep->dev_keys = NULL;
+        keep->dev_nops = 0;
         sck_state_free(c);
         return rc;
     }
@@ -181,6 +225,8 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     j->src = calloc(n ? n : 1, sizeof *j->src);
     j->recs = calloc(SAVE_REC * n + 1, sizeof *j->recs);
     if (!j->src || !j->recs) return sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    j->dev_ops = st->dev_ops;
+    j->dev_ctx = st->dev_ctx;
     int rc = SCK_OK;
     /* Shards of a model are mostly alike: a tensor item with the dtype and sizes of the tensor item
      * before has the same data.pkl, kept once. */
@@ -200,6 +246,8 @@ int save_prepare_items(save_job *j, const sck_state *st) {
             const st_piece *pc = &se->pieces[it->local_piece];
             s->payload = pc->data;
             s->plen = box_numel(&pc->box) * sck_dtype_size(se->dtype);
+            s->dev = pc->dev;
+            s->key = se->key;
             if (last && last->dtype == se->dtype && last->ndim == se->ndim &&
                 !memcmp(last_box->size, pc->box.size, (size_t)se->ndim * sizeof(int64_t))) {
                 s->pkl_off = last_off, s->pkl_len = last_len, s->pkl_crc = last_crc;
@@ -283,15 +331,92 @@ static int write_archive(wstream *w, const char *path, const uint8_t *pkls, cons
     return rc;
 }
 
+/* write_archive for a device payload: the headers before it are written with a CRC-32 of 0, the
+ * payload through staging (save_dev_payload), and the archive laid out again with its CRC-32: the
+ * headers after it are written from there, and the bytes that changed before it become patches. */
+static int write_archive_dev(save_job *j, wstream *w, const char *path, const uint8_t *pkls, const save_src *s, uint64_t *rec) {
+    zip_entry ents[3];
+    size_t n;
+    sck_buf pkl = {(uint8_t *)(uintptr_t)(pkls + s->pkl_off), s->pkl_len, s->pkl_len}; /* a view */
+    ti_entries(ents, &n, &pkl, s->pkl_crc, s->payload, s->plen, 0);
+    size_t big = SIZE_MAX;
+    for (size_t k = 0; k < n; k++)
+        if (ents[k].data == s->payload) big = k;
+    zip_plan zp, z2;
+    memset(&z2, 0, sizeof z2);
+    uint64_t at = ws_pos(w);
+    int rc = zip_plan_build_ex(&zp, ents, n, "archive", at, ITEM_ALIGN, big, payload_align(s->plen));
+    if (rc) {
+        zip_plan_free(&zp);
+        return sck_err(rc, "%s: cannot lay out an archive", path);
+    }
+    rec[0] = at;
+    rec[1] = zp.total;
+    uint32_t c = 0, crc = 0, pc = 0;
+    size_t k = 0, nseg = zp.nseg;
+    uint64_t *seg_at = malloc((nseg ? nseg : 1) * sizeof *seg_at);
+    if (!seg_at) rc = sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
+    for (; k < nseg && !rc && zp.seg[k].entry != (int)big; k++) { /* the headers before the payload */
+        const zip_segment *sg = &zp.seg[k];
+        const void *p = sg->entry < 0 ? (const void *)(zp.hdr.data + sg->buf_off) : ents[sg->entry].data;
+        uint64_t tail = sg->entry < 0 && k + 1 < nseg && zp.seg[k + 1].entry == (int)big ? pad_tail(p, sg->len, ws_pos(w) + sg->len) : 0;
+        seg_at[k] = ws_pos(w);
+        rc = ws_append(w, p, sg->len - tail, 0);
+        if (!rc && tail) rc = ws_append_const(w, zip_pad, tail);
+    }
+    size_t pk = k;
+    if (!rc && pk == nseg) rc = sck_err(SCK_ERR_INVALID_ARG, "'%s': internal: no payload record in the archive", s->key);
+    if (!rc) rc = save_dev_payload(j, w, path, s->key, s->payload, s->plen, &crc, &pc);
+    if (!rc) {
+        ti_entries(ents, &n, &pkl, s->pkl_crc, s->payload, s->plen, crc);
+        rc = zip_plan_build_ex(&z2, ents, n, "archive", at, ITEM_ALIGN, big, payload_align(s->plen));
+        if (rc) rc = sck_err(rc, "%s: cannot lay out an archive", path);
+        else if (z2.nseg != nseg || z2.hdr.len != zp.hdr.len || z2.total != zp.total)
+            rc = sck_err(SCK_ERR_INVALID_ARG, "'%s': internal: the archive's layout changed with its CRC", s->key);
+    }
+    /* The headers before the payload as they should be: checksummed, and what differs patched. */
+    for (size_t q = 0; q < pk && !rc; q++) {
+        const zip_segment *sg = &z2.seg[q];
+        const uint8_t *p2 = sg->entry < 0 ? z2.hdr.data + sg->buf_off : ents[sg->entry].data;
+        c = sck_crc32c(c, p2, sg->len);
+        if (sg->entry >= 0) continue;
+        const uint8_t *p1 = zp.hdr.data + zp.seg[q].buf_off;
+        size_t lo = 0, hi = sg->len;
+        while (lo < hi && p1[lo] == p2[lo]) lo++;
+        while (hi > lo && p1[hi - 1] == p2[hi - 1]) hi--;
+        if (lo < hi) rc = save_add_patch(j, seg_at[q] + lo, p2 + lo, hi - lo);
+    }
+    if (!rc) c = sck_crc32c_combine(c, pc, s->plen);
+    for (k = pk + 1; k < nseg && !rc; k++) { /* after the payload: the central directory, with the CRC */
+        const zip_segment *sg = &z2.seg[k];
+        const void *p = sg->entry < 0 ? (const void *)(z2.hdr.data + sg->buf_off) : ents[sg->entry].data;
+        rc = ws_append(w, p, sg->len, sg->entry >= 0);
+        c = sck_crc32c(c, p, sg->len);
+    }
+    rec[2] = c;
+    rec[3] = big != SIZE_MAX ? zp.payload_off[big] : 0;
+    free(seg_at);
+    zip_plan_free(&zp);
+    zip_plan_free(&z2);
+    return rc;
+}
+
 int save_write_file(save_job *j) {
     char path[4096];
     int k = snprintf(path, sizeof path, "%s/__%d_0.distcp", j->cm.tmp, j->rank);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", j->cm.tmp);
-    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep ? &j->keep->stage : NULL};
+    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep ? &j->keep->stage : NULL, NULL, NULL, NULL};
+    size_t ndev = 0;
+    for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) ndev += j->src[i].dev;
+    if (ndev && j->dev_ops && j->dev_ops->host_alloc) /* device copies land in pinned staging */
+        o.pool = NULL, o.alloc = j->dev_ops->host_alloc, o.release = j->dev_ops->host_free, o.alloc_ctx = j->dev_ctx;
     wstream *w;
+    j->npatches = 0;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
-    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++) rc = write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
+    for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++)
+        rc = j->src[i].dev ? write_archive_dev(j, w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i])
+                           : write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
     if (rc) {
         ws_abort(w);
         return rc;
@@ -303,5 +428,6 @@ int save_write_file(save_job *j) {
         j->meta_early = dcp_meta_encode_early(&j->plan.m, &j->meta) == SCK_OK;
         if (!j->meta_early) sck_err_clear(); /* out of memory here: the end tries again */
     }
-    return ws_close(w);
+    rc = ws_close(w);
+    return rc ? rc : save_apply_patches(j, path);
 }
