@@ -271,7 +271,7 @@ static int rank_fn(sck_comm *c, void *arg) {
         j->t1[r] = now_s();
         rc = sck_comm_agree(c, rc);
     } else {
-        sck_load_opts lo = {j->op == OP_LOAD_DIRECT ? SCK_LOAD_DIRECT_IO : 0, {0}};
+        sck_load_opts lo = {j->op == OP_LOAD_DIRECT ? SCK_LOAD_DIRECT_IO : 0, {0}, 0};
         rc = sck_load(c, j->dir, st, &lo);
     }
     if (j->op != OP_ASYNC && j->op != OP_MEMCPY) j->t1[r] = now_s();

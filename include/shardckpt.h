@@ -574,13 +574,14 @@ SCK_API int sck_wait(sck_async *a);
 typedef struct sck_load_opts {
     /** Bit set of SCK_LOAD_* flags. */
     unsigned flags;
-    /** Device pieces only (sck_state_add_device_box): size in MiB of each of the two host staging
-     *  buffers their bytes are read into before the copy to the device (0: 64), from the ops'
-     *  host_alloc when it is given.  This field took the place of the first reserved slot (a caller
-     *  that zeroed the struct gets the default). */
-    unsigned staging_mib;
     /** Reserved, must be 0 (sck_load rejects a nonzero one with SCK_ERR_INVALID_ARG naming it). */
     unsigned reserved[6];
+    /** Device pieces only (sck_state_add_device_box): size in MiB of each of the two host staging
+     *  buffers their bytes are read into before the copy to the device (0: 64), from the ops'
+     *  host_alloc when it is given.  This field took the place of the last reserved slot
+     *  (reserved[6]): the struct's size and layout are unchanged, a caller that zeroed the struct
+     *  gets the default, and initializers such as {flags, {0}} still compile. */
+    unsigned staging_mib;
 } sck_load_opts;
 
 /** Keys requested but absent from the checkpoint are skipped, not an error;

@@ -31,7 +31,7 @@ static int load_rank(sck_comm *c, void *arg) {
     ranks_load *l = arg;
     int r = sck_comm_rank(c);
     sck_state *s = sck_state_new();
-    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
+    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}, 0};
     l->rc[r] = sck_load(c, l->dir, s, &o);
     snprintf(l->msg[r], sizeof l->msg[r], "%s", sck_last_error());
     sck_state_free(s);
@@ -49,7 +49,7 @@ static void refused(const char *dir, int st, const char *msg) {
     }
     sck_ckpt_close(ck);
     sck_state *s = sck_state_new();
-    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
+    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}, 0};
     rc = sck_load(NULL, dir, s, &o);
     if (rc != st || !strstr(sck_last_error(), msg)) {
         fprintf(stderr, "  load: got %d (%s), wanted %d with \"%s\"\n", rc, sck_last_error(), st, msg);

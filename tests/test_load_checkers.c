@@ -121,7 +121,7 @@ static int load_rank(sck_comm *c, void *arg) {
     if (!rc && g->with_v) rc = sck_state_add_box(st, "v", SCK_F32, 2, vs, vo, vz, vb);
     int64_t as[1] = {4};
     if (!rc && g->absent) rc = sck_state_add_replicated(st, "absent", SCK_F32, 1, as, dummy);
-    sck_load_opts lo = {g->flags[r], {0}};
+    sck_load_opts lo = {g->flags[r], {0}, 0};
     uint64_t extra = 0, before = rchar(0, &extra);
     g->most[r] = 0;
     g->calls[r] = 0;
@@ -682,7 +682,7 @@ TEST(load_small_item_window_stops_at_the_next_large_item) {
     sck_state *st = sck_state_new();
     int64_t vs[2] = {VR, WC}, z[2] = {0, 0};
     REQUIRE_OK(sck_state_add_box(st, "v", SCK_F32, 2, vs, z, vs, v));
-    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
+    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}, 0};
     uint64_t extra = 0, ignore, before = rchar(0, &extra);
     CHECK_OK(sck_load(NULL, g.dir, st, &o));
     uint64_t got = rchar(0, &ignore) - before - extra;

@@ -67,7 +67,7 @@ static int load_rank(sck_comm *c, void *arg) {
         int64_t ss[2] = {6, 10}, so[2] = {slo, 0}, sz[2] = {shi - slo, 10};
         if (shi > slo && (g->every < 2 || t % g->every == 0)) rc = sck_state_add_box(st, key, SCK_F32, 2, ss, so, sz, sb + (size_t)t * 60);
     }
-    sck_load_opts lo = {g->flags, {0}};
+    sck_load_opts lo = {g->flags, {0}, 0};
     uint64_t before = fx_thread_io("syscr");
     if (!rc) rc = sck_load(c, g->dir, st, &lo);
     g->syscr[r] = fx_thread_io("syscr") - before;
@@ -174,7 +174,7 @@ static int run_rank(sck_comm *c, void *arg) {
         int64_t shape[2] = {RUN_ROWS, 1024}, off[2] = {0, 0};
         rc = sck_state_add_box(st, key, SCK_F32, 2, shape, off, shape, (j->save ? j->src : j->dst) + (size_t)t * RUN_ROWS * 1024);
     }
-    sck_load_opts lo = {j->flags, {0}};
+    sck_load_opts lo = {j->flags, {0}, 0};
     if (!rc) rc = j->save ? sck_save(c, j->dir, st, NULL) : sck_load(c, j->dir, st, &lo);
     sck_state_free(st);
     return rc;

@@ -179,7 +179,7 @@ static int load_rank(sck_comm *comm, void *arg) {
         rc = sck_state_add_blob(st, "other.rng", NULL, 0);
         if (!rc) rc = sck_state_add_value(st, "other.meta", NULL);
     }
-    sck_load_opts o = {j->load_flags, {0}};
+    sck_load_opts o = {j->load_flags, {0}, 0};
     int lrc = sck_comm_agree(comm, rc);
     if (!lrc) lrc = sck_load(comm, j->dir, st, &o);
     if (!lrc) {
@@ -319,7 +319,7 @@ TEST(load_missing_key_strict_and_non_strict) {
     sck_state_add_replicated(st, "a", SCK_F32, 2, shape, a);
     sck_state_add_replicated(st, "nope", SCK_F32, 1, shb, b);
     CHECK_ERR(sck_load(NULL, dir, st, NULL), SCK_ERR_MISSING_KEY, "'nope': not in checkpoint");
-    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}};
+    sck_load_opts o = {SCK_LOAD_ALLOW_MISSING, {0}, 0};
     CHECK_OK(sck_load(NULL, dir, st, &o));
     CHECK(sck_state_loaded(st, "a") == 1);
     CHECK(sck_state_loaded(st, "nope") == 0);
@@ -560,7 +560,7 @@ static int bad_arg_on_one_rank(sck_comm *comm, void *arg) {
     char good[4096];
     snprintf(good, sizeof good, "%s-good", dir);
     int rc0 = sck_save(comm, good, st, NULL);
-    sck_load_opts o = {r == 2 ? 0x80u : 0u, {0}};
+    sck_load_opts o = {r == 2 ? 0x80u : 0u, {0}, 0};
     int rc2 = rc0 ? rc0 : sck_load(comm, good, st, &o);
     sck_state_free(st);
     if (rc1 != SCK_ERR_INVALID_ARG || !strstr(sck_last_error(), "unknown flags")) return SCK_ERR_MISMATCH;

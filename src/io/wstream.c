@@ -380,6 +380,13 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
     return copy_in(w, b, n);
 }
 
+void ws_set_alloc(wstream *w, void *(*alloc)(void *ctx, size_t n), void (*release)(void *ctx, void *p, size_t n), void *ctx) {
+    if (w->pool || !alloc || !release) return;
+    w->alloc = alloc;
+    w->release = release;
+    w->actx = ctx;
+}
+
 int ws_reserve(wstream *w, uint64_t n, uint8_t **p, uint64_t *got) {
     int rc;
     if (w->cur < 0 && (rc = take_buf(w))) return rc;
@@ -505,8 +512,7 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
         return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     }
     for (unsigned i = 0; i < w->nbufs; i++) w->free_list[w->nfree++] = (int)(w->nbufs - 1 - i);
-    if (o && o->alloc && o->release) w->alloc = o->alloc, w->release = o->release, w->actx = o->alloc_ctx;
-    else if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
+    if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
         w->pool = o->pool;
         if (w->pool->size != w->stage) ws_pool_free(w->pool);
         w->pool->size = w->stage;

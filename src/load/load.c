@@ -9,6 +9,7 @@
 #include "comm/comm.h"
 #include "core/commit.h"
 #include "load/load_checks.h"
+#include "load/load_device.h"
 #include "format/meta_wire.h"
 #include "core/state.h"
 #include "io/storage.h"
@@ -150,7 +151,8 @@ static int load_prepare(sck_ckpt *ck, sck_state *st, const long *found, size_t n
         if (e->kind != ENT_TENSOR) {
             if (lp->nother < nother) lp->other[lp->nother++] = i;
         } else if (!(rc = check_tensor(ck, (size_t)ci, e))) {
-            for (size_t p = 0; p < e->npieces; p++) lp->w[lp->nw++] = (ck_want){(size_t)ci, &e->pieces[p].box, e->pieces[p].data};
+            for (size_t p = 0; p < e->npieces; p++) /* device pieces: ld_read_device, through staging */
+                if (!e->pieces[p].dev) lp->w[lp->nw++] = (ck_want){(size_t)ci, &e->pieces[p].box, e->pieces[p].data};
             e->loaded = 1;
         }
     }
@@ -163,7 +165,7 @@ static int load_prepare(sck_ckpt *ck, sck_state *st, const long *found, size_t n
 
 /* Reads the bytes entries before lp->stop, in state order, then (if every check passed) the planned
  * tensor reads; marks what it loaded and lists the checkpoint's entries no state entry named. */
-static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned flags, load_plan *lp) {
+static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned flags, unsigned staging_mib, load_plan *lp) {
     int rc = SCK_OK;
     for (size_t k = 0; !rc && k < lp->nother && lp->other[k] < lp->stop; k++) {
         st_entry *e = &st->e[lp->other[k]];
@@ -174,6 +176,7 @@ static int load_run(sck_ckpt *ck, sck_state *st, const long *found, unsigned fla
         rc = lp->rc;
     }
     if (!rc) rc = ckpt_run_reads(ck, lp->w, &lp->reads);
+    if (!rc) rc = ld_read_device(ck, st, found, staging_mib);
     for (size_t i = 0; !rc && i < ckpt_count(ck); i++) {
         if (lp->asked[i]) continue;
         if (flags & SCK_LOAD_REJECT_UNEXPECTED)
@@ -304,7 +307,7 @@ static int open_collective(sck_comm *comm, const char *dir, sck_ckpt **ck) {
     return rc;
 }
 
-static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags) {
+static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsigned flags, unsigned staging_mib) {
     state_touch(st); /* blobs and values it loads change the state's structure (an async save's kept plan) */
     state_clear_unexpected(st);
     sck_ckpt *ck = NULL;
@@ -328,7 +331,7 @@ static int load_collective(sck_comm *comm, const char *dir, sck_state *st, unsig
                       : sck_err(SCK_ERR_NOMEM, "%s: out of memory planning the load", ck->dir);
     rc = lc_assign(comm, ck, lp.w, &lp.reads, local);
     /* The final agreement also combines the CRCs the readers took of their parts of items. */
-    if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, &lp));
+    if (!rc) rc = lc_finish(comm, ck, local ? local : load_run(ck, st, found, flags, staging_mib, &lp));
     load_plan_free(&lp);
     for (size_t i = 0; rc && i < st->n; i++) /* a failed load loaded no tensor for sure */
         if (st->e[i].kind == ENT_TENSOR || !found) st->e[i].loaded = 0;
@@ -349,10 +352,11 @@ int sck_load(sck_comm *comm, const char *dir, sck_state *st, const sck_load_opts
     else if (opts) bad = sck_check_reserved("sck_load: sck_load_opts", opts->reserved, sizeof opts->reserved / sizeof opts->reserved[0]);
     /* A bad argument on one rank must reach the others, which are already in the first collective. */
     if (bad) return comm ? comm_agree(comm, bad) : bad;
-    if (comm) return load_collective(comm, dir, st, flags);
+    unsigned staging_mib = opts ? opts->staging_mib : 0;
+    if (comm) return load_collective(comm, dir, st, flags, staging_mib);
     sck_comm *single = sck_comm_single();
     if (!single) return sck_err(SCK_ERR_NOMEM, "out of memory");
-    int rc = load_collective(single, dir, st, flags);
+    int rc = load_collective(single, dir, st, flags, staging_mib);
     sck_comm_free(single);
     return rc;
 }

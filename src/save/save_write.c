@@ -405,15 +405,15 @@ int save_write_file(save_job *j) {
     char path[4096];
     int k = snprintf(path, sizeof path, "%s/__%d_0.distcp", j->cm.tmp, j->rank);
     if (k < 0 || (size_t)k >= sizeof path) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", j->cm.tmp);
-    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep ? &j->keep->stage : NULL, NULL, NULL, NULL};
     size_t ndev = 0;
     for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) ndev += j->src[i].dev;
-    if (ndev && j->dev_ops && j->dev_ops->host_alloc) /* device copies land in pinned staging */
-        o.pool = NULL, o.alloc = j->dev_ops->host_alloc, o.release = j->dev_ops->host_free, o.alloc_ctx = j->dev_ctx;
+    int pin = ndev && j->dev_ops && j->dev_ops->host_alloc; /* device copies land in pinned staging */
+    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep && !pin ? &j->keep->stage : NULL};
     wstream *w;
     j->npatches = 0;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
+    if (pin) ws_set_alloc(w, j->dev_ops->host_alloc, j->dev_ops->host_free, j->dev_ctx);
     for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++)
         rc = j->src[i].dev ? write_archive_dev(j, w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i])
                            : write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
