@@ -22,6 +22,7 @@ typedef struct emu {
     long fail_d2h, fail_h2d;       /* fail the call with this number (1-based; 0: none) */
     int pending_fail;              /* asynchronous failure, reported by wait */
     int async_fail;                /* failures show at wait, not at the call */
+    int open;                      /* the arena stays accessible (a timing without mprotect's cost) */
 } emu;
 
 static int emu_init(emu *e, size_t size) {
@@ -46,8 +47,12 @@ static void *emu_alloc(emu *e, size_t n) {
     return e->arena + at;
 }
 
-static void emu_open(emu *e) { mprotect(e->arena, e->size, PROT_READ | PROT_WRITE); }
-static void emu_close(emu *e) { mprotect(e->arena, e->size, PROT_NONE); }
+static void emu_open(emu *e) {
+    if (!e->open) mprotect(e->arena, e->size, PROT_READ | PROT_WRITE);
+}
+static void emu_close(emu *e) {
+    if (!e->open) mprotect(e->arena, e->size, PROT_NONE);
+}
 
 /* The test's own access to device memory (not counted). */
 static void emu_put(emu *e, void *dev, const void *host, size_t n) {
@@ -544,7 +549,8 @@ TEST(device_api_args) {
 }
 
 /* Throughput of one rank's save of 32 MiB: from the emulated device (copy through staging, then
- * write) and from host memory (written straight from the buffer), both without fsync. */
+ * write; its arena left accessible, so that mprotect's cost is not counted) and from host memory
+ * (written straight from the buffer), both without fsync, to the page cache. */
 TEST(device_save_throughput) {
     const size_t n = 32u << 20;
     const char *tmp = th_tmpdir();
@@ -555,6 +561,8 @@ TEST(device_save_throughput) {
     REQUIRE(emu_init(&e, n + 4096) == 0);
     void *d = emu_alloc(&e, n);
     emu_put(&e, d, h, n);
+    emu_open(&e);
+    e.open = 1;
     int64_t shp = (int64_t)(n / 4), off = 0;
     double secs[2] = {0, 0};
     for (int dev = 0; dev < 2; dev++) {

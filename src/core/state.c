@@ -61,6 +61,7 @@ void sck_state_free(sck_state *st) {
         sck_value_free(st->e[i].value);
     }
     if (!st->flat) free(st->e);
+    ws_pool_free(&st->dev_stage);
     free(st->slots);
     state_clear_unexpected(st);
     free(st);
@@ -244,8 +245,12 @@ int sck_state_set_device(sck_state *st, const sck_device_ops *ops, void *ctx) {
     if (ops->host_alloc && !ops->host_free) return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: host_alloc without host_free");
     if (st->ndev && (st->dev_ops != ops || st->dev_ctx != ctx))
         return sck_err(SCK_ERR_INVALID_ARG, "sck_state_set_device: the state already holds device pieces of other ops");
+    ws_pool_free(&st->dev_stage); /* allocated by the ops before */
     st->dev_ops = ops;
     st->dev_ctx = ctx;
+    st->dev_stage.alloc = ops->host_alloc;
+    st->dev_stage.release = ops->host_free;
+    st->dev_stage.ctx = ctx;
     return SCK_OK;
 }
 

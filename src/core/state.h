@@ -4,6 +4,7 @@
 
 #include "base/box.h"
 #include "base/util.h"
+#include "io/wstream.h"
 
 typedef enum ent_kind { ENT_TENSOR = 0, ENT_BLOB = 1, ENT_VALUE = 2 } ent_kind;
 
@@ -45,6 +46,7 @@ struct sck_state {
     const sck_device_ops *dev_ops; /* sck_state_set_device (borrowed), or NULL */
     void *dev_ctx;
     size_t ndev;         /* device pieces */
+    ws_pool dev_stage;   /* pinned staging buffers (dev_ops->host_alloc) kept for the next save or load */
     uint64_t stamp;      /* drawn anew (state_touch) whenever the structure may change: no two states,
                           * and no two structures of one state, share a stamp; 0 for a flat copy */
 };

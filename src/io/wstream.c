@@ -380,13 +380,6 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref) {
     return copy_in(w, b, n);
 }
 
-void ws_set_alloc(wstream *w, void *(*alloc)(void *ctx, size_t n), void (*release)(void *ctx, void *p, size_t n), void *ctx) {
-    if (w->pool || !alloc || !release) return;
-    w->alloc = alloc;
-    w->release = release;
-    w->actx = ctx;
-}
-
 int ws_reserve(wstream *w, uint64_t n, uint8_t **p, uint64_t *got) {
     int rc;
     if (w->cur < 0 && (rc = take_buf(w))) return rc;
@@ -466,7 +459,8 @@ static int finish(wstream *w, int hard) {
 
 void ws_pool_free(ws_pool *p) {
     for (unsigned i = 0; i < WS_POOL_MAX; i++) {
-        if (p->buf[i]) munmap(p->buf[i], p->size);
+        if (p->buf[i] && p->release) p->release(p->ctx, p->buf[i], p->size);
+        else if (p->buf[i]) munmap(p->buf[i], p->size);
         p->buf[i] = NULL;
     }
 }
@@ -514,6 +508,7 @@ int ws_open(wstream **out, const char *path, const ws_opts *o) {
     for (unsigned i = 0; i < w->nbufs; i++) w->free_list[w->nfree++] = (int)(w->nbufs - 1 - i);
     if (o && o->pool && w->nbufs <= WS_POOL_MAX) {
         w->pool = o->pool;
+        if (w->pool->alloc && w->pool->release) w->alloc = w->pool->alloc, w->release = w->pool->release, w->actx = w->pool->ctx;
         if (w->pool->size != w->stage) ws_pool_free(w->pool);
         w->pool->size = w->stage;
         for (unsigned i = 0; i < w->nbufs; i++) w->bufs[i] = w->pool->buf[i], w->pool->buf[i] = NULL;

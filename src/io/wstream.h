@@ -29,6 +29,11 @@
 typedef struct ws_pool {
     uint8_t *buf[WS_POOL_MAX];
     uint64_t size;          /* bytes of each buffer */
+    /* NULL, or where the buffers come from instead of mmap (a device's pinned memory): alloc returns
+     * n bytes, WS_ALIGN-aligned, or NULL; release frees them (ws_pool_free). */
+    void *(*alloc)(void *ctx, size_t n);
+    void (*release)(void *ctx, void *p, size_t n);
+    void *ctx;
 } ws_pool;
 
 void ws_pool_free(ws_pool *p);
@@ -59,10 +64,6 @@ int ws_append(wstream *w, const void *p, uint64_t n, int by_ref);
  * buffered: from WS_IOV_MIN bytes on), as a piece of the current batch; copied otherwise.  Staging
  * pages a copy would touch cost a page fault each on a fresh buffer.  Errors: as ws_append. */
 int ws_append_const(wstream *w, const void *p, uint64_t n);
-/* Where the staging buffers come from instead of mmap (pinned memory for a device's copies): alloc
- * returns n bytes, WS_ALIGN-aligned, or NULL; release frees them.  Only right after ws_open, for a
- * stream without a pool. */
-void ws_set_alloc(wstream *w, void *(*alloc)(void *ctx, size_t n), void (*release)(void *ctx, void *p, size_t n), void *ctx);
 /* Room for up to n bytes in the current staging buffer (taking one, waiting for the writer, if
  * none), for a caller that fills staging itself (a device's copy to host): *p and *got (1 to n) bytes.
  * ws_commit(w, k) then appends the first k <= *got of them, as ws_append would have copied them.

@@ -107,17 +107,21 @@ static int read_piece(ld_ctx *x, const st_entry *e, const st_piece *pc, size_t e
     return rc;
 }
 
-static void *stage_alloc(const sck_device_ops *ops, void *ctx, size_t n) {
-    return ops->host_alloc ? ops->host_alloc(ctx, n) : aligned_alloc(4096, n);
+/* Pinned buffers come from (and stay in) the state's pool for the next load or save: pinning memory
+ * and faulting it in cost more than a small load's copies.  Pageable ones are the load's own. */
+static uint8_t *stage_get(sck_state *st, int b, size_t n) {
+    ws_pool *p = &st->dev_stage;
+    if (!p->alloc) return aligned_alloc(4096, n);
+    if (p->size != n) ws_pool_free(p), p->size = n;
+    if (!p->buf[b]) p->buf[b] = p->alloc(p->ctx, n);
+    return p->buf[b];
 }
 
-static void stage_free(const sck_device_ops *ops, void *ctx, void *p, size_t n) {
-    if (!p) return;
-    if (ops->host_alloc) ops->host_free(ctx, p, n);
-    else free(p);
+static void stage_put(sck_state *st, uint8_t *buf) {
+    if (!st->dev_stage.alloc) free(buf);
 }
 
-int ld_read_device(sck_ckpt *ck, const sck_state *st, const long *found, unsigned staging_mib) {
+int ld_read_device(sck_ckpt *ck, sck_state *st, const long *found, unsigned staging_mib) {
     if (!st->ndev) return SCK_OK;
     const sck_device_ops *ops = st->dev_ops;
     if (!ops) return sck_err(SCK_ERR_INVALID_ARG, "device pieces in a state without device operations");
@@ -129,7 +133,7 @@ int ld_read_device(sck_ckpt *ck, const sck_state *st, const long *found, unsigne
     x->cap = (size_t)(staging_mib ? staging_mib : 64) << 20;
     int rc = SCK_OK;
     for (int b = 0; b < 2 && !rc; b++)
-        if (!(x->buf[b] = stage_alloc(ops, x->dctx, x->cap)))
+        if (!(x->buf[b] = stage_get(st, b, x->cap)))
             rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory for a %zu-byte staging buffer of device reads", ck->dir, x->cap);
     /* The entries load_prepare passed (marked loaded), in state order. */
     for (size_t i = 0; i < st->n && !rc; i++) {
@@ -147,7 +151,7 @@ int ld_read_device(sck_ckpt *ck, const sck_state *st, const long *found, unsigne
     } else {
         rc = wait_copies(x);
     }
-    for (int b = 0; b < 2; b++) stage_free(ops, x->dctx, x->buf[b], x->cap);
+    for (int b = 0; b < 2; b++) stage_put(st, x->buf[b]);
     free(x);
     return rc;
 }

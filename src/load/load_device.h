@@ -10,6 +10,6 @@
  * files, then copied to the device while the next block is read.  Call after the host reads of the
  * load, before its final agreement.  Errors: the reads', the ops' (naming tensor and byte offset),
  * SCK_ERR_NOMEM. */
-int ld_read_device(sck_ckpt *ck, const sck_state *st, const long *found, unsigned staging_mib);
+int ld_read_device(sck_ckpt *ck, sck_state *st, const long *found, unsigned staging_mib);
 
 #endif

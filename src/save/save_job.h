@@ -113,6 +113,7 @@ typedef struct save_job {
     sck_buf meta_pt;          /* rank 0, fabric: meta.pt's bytes, encoded from the state in save_begin */
     const sck_device_ops *dev_ops; /* the state's, for its device pieces (save_src.dev) */
     void *dev_ctx;
+    ws_pool *dev_stage;       /* the state's pinned staging buffers */
     save_patch *patches;      /* the data file's bytes to rewrite once written (device payloads' CRCs) */
     size_t npatches, patch_cap;
 } save_job;

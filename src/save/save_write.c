@@ -155,6 +155,7 @@ int save_copy_state(const sck_state *st, const copy_layout *L, int copy_data, in
     c->dev_ops = st->dev_ops;
     c->dev_ctx = st->dev_ctx;
     c->ndev = ndev ? 0 : st->ndev; /* copied: the snapshot's pieces are host memory */
+    if (st->dev_ops) c->dev_stage.alloc = st->dev_ops->host_alloc, c->dev_stage.release = st->dev_ops->host_free, c->dev_stage.ctx = st->dev_ctx;
     /* One pass: each entry, its pieces (their tensor bytes placed in state order) and its key. */
     for (size_t i = 0; i < st->n && !rc; i++) {
         const st_entry *e = &st->e[i];
@@ -227,6 +228,8 @@ int save_prepare_items(save_job *j, const sck_state *st) {
     if (!j->src || !j->recs) return sck_err(SCK_ERR_NOMEM, "rank %d: out of memory", j->rank);
     j->dev_ops = st->dev_ops;
     j->dev_ctx = st->dev_ctx;
+    /* Kept in the state, which is not otherwise changed by a save: a cache, not its contents. */
+    j->dev_stage = (ws_pool *)(uintptr_t)&st->dev_stage;
     int rc = SCK_OK;
     /* Shards of a model are mostly alike: a tensor item with the dtype and sizes of the tensor item
      * before has the same data.pkl, kept once. */
@@ -408,12 +411,11 @@ int save_write_file(save_job *j) {
     size_t ndev = 0;
     for (size_t i = 0; i < j->plan.nitems[j->rank]; i++) ndev += j->src[i].dev;
     int pin = ndev && j->dev_ops && j->dev_ops->host_alloc; /* device copies land in pinned staging */
-    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, j->keep && !pin ? &j->keep->stage : NULL};
+    ws_opts o = {j->stage_bytes, 2, j->direct, j->do_fsync, pin ? j->dev_stage : j->keep ? &j->keep->stage : NULL};
     wstream *w;
     j->npatches = 0;
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
-    if (pin) ws_set_alloc(w, j->dev_ops->host_alloc, j->dev_ops->host_free, j->dev_ctx);
     for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++)
         rc = j->src[i].dev ? write_archive_dev(j, w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i])
                            : write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
