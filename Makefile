@@ -125,6 +125,42 @@ $(BUILD)/tests/mpi/%: tests/mpi/%.c $(MPI_TEST_LIBS) $(HDRS)
 	@mkdir -p $(dir $@)
 	$(MPI_CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< $(MPI_TEST_LIBS) $(LDFLAGS) $(LDLIBS_ALL)
 
+# CUDA (optional, built when the toolkit's runtime header is found): libshardckpt_cuda from cuda/sck_cuda.c, the
+# sck_device_ops of include/shardckpt_cuda.h (plain C against the CUDA runtime API; no kernels, no nvcc), and
+# tests/cuda/cuda_device.c, which needs a GPU to run (it says "skipped: no CUDA device" where there is none).
+# The core library never links CUDA.  `make cuda CUDA_HOME=/opt/cuda` for another toolkit.
+CUDA_HOME ?= $(or $(patsubst %/bin/nvcc,%,$(shell command -v nvcc 2>/dev/null)),/usr/local/cuda)
+HAVE_CUDA := $(shell test -f $(CUDA_HOME)/include/cuda_runtime.h && echo 1)
+CUDA_CPPFLAGS := -I$(CUDA_HOME)/include
+CUDA_LIBS := -L$(CUDA_HOME)/lib64 -Wl,-rpath,$(CUDA_HOME)/lib64 -lcudart
+
+.PHONY: cuda
+ifeq ($(HAVE_CUDA),1)
+cuda: $(BUILD)/libshardckpt_cuda.a $(BUILD)/libshardckpt_cuda.so $(BUILD)/tests/cuda/cuda_device
+else
+cuda:
+	@echo "no CUDA toolkit under $(CUDA_HOME): libshardckpt_cuda is not built"
+endif
+
+$(BUILD)/obj/cuda/sck_cuda.o: cuda/sck_cuda.c $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CUDA_CPPFLAGS) $(CFLAGS_ALL) $(LIB_VIS) -c $< -o $@
+
+$(BUILD)/libshardckpt_cuda.a: $(BUILD)/obj/cuda/sck_cuda.o
+	rm -f $@ && $(AR) rcs $@ $^
+
+$(BUILD)/libshardckpt_cuda.so.$(VERSION): $(BUILD)/obj/cuda/sck_cuda.o $(BUILD)/libshardckpt.so
+	$(CC) -shared -Wl,-soname,libshardckpt_cuda.so.$(SOMAJOR) -o $@ $< -L$(BUILD) -lshardckpt $(LDFLAGS) $(CUDA_LIBS)
+
+$(BUILD)/libshardckpt_cuda.so: $(BUILD)/libshardckpt_cuda.so.$(VERSION)
+	ln -sf libshardckpt_cuda.so.$(VERSION) $(BUILD)/libshardckpt_cuda.so.$(SOMAJOR)
+	ln -sf libshardckpt_cuda.so.$(VERSION) $@
+
+$(BUILD)/tests/cuda/cuda_device: tests/cuda/cuda_device.c $(BUILD)/libshardckpt_cuda.a $(BUILD)/libshardckpt.a $(HDRS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS_ALL) $(CUDA_CPPFLAGS) $(CFLAGS_ALL) -o $@ $< $(BUILD)/libshardckpt_cuda.a $(BUILD)/libshardckpt.a $(LDFLAGS) \
+		$(LDLIBS_ALL) $(CUDA_LIBS)
+
 # A C trainer step that resumes torch 2.6's Adam state (tests/interop/t26_adam.py drives it).
 $(BUILD)/tests/t26_adam: tests/interop/t26_adam.c $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
@@ -228,7 +264,7 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MPI_PC       := $(shell $(MPICC) -showme:version >/dev/null 2>&1 && echo ompi-c || echo mpich)
-INSTALL_HDRS := $(filter-out $(if $(HAVE_MPI),,include/shardckpt_mpi.h),$(wildcard include/*.h))
+INSTALL_HDRS := $(filter-out $(if $(HAVE_MPI),,include/shardckpt_mpi.h) include/shardckpt_cuda.h,$(wildcard include/*.h))
 PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
 	-e 's|@VERSION@|$(VERSION)|g; s|@MPI_PC@|$(MPI_PC)|g'
 D := $(DESTDIR)
