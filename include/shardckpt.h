@@ -414,8 +414,12 @@ typedef struct sck_device_ops {
 } sck_device_ops;
 
 /** Sets the device operations of `st`'s device pieces.  The table and ctx are borrowed: they must
- *  outlive `st` and every sck_async handle that saved it (its snapshot is host_alloc'ed memory).  One
- *  table per state; setting another while device pieces are added is SCK_ERR_INVALID_ARG.
+ *  outlive `st` and every sck_async handle that saved it (its snapshot is host_alloc'ed memory).  The
+ *  state keeps the two pinned staging buffers of its last save or load (host_alloc'ed, staging_mib
+ *  each) for the next one, and gives them back with host_free in sck_state_free (or when the ops
+ *  change).  Calls per save: one copy_to_host and one wait per staging block of each piece; per
+ *  load: one copy_to_device per piece part in a block and one wait per block.  One table per
+ *  state; setting another while device pieces are added is SCK_ERR_INVALID_ARG.
  *  Errors: SCK_ERR_INVALID_ARG (NULL st/ops, copy_to_host or copy_to_device missing, host_alloc
  *  without host_free). */
 SCK_API int sck_state_set_device(sck_state *st, const sck_device_ops *ops, void *ctx);
@@ -532,7 +536,12 @@ SCK_API void sck_async_free(sck_async *a);
  * errors) and returns once this rank's part is snapshotted: the local plans
  * are exchanged, blobs and values are copied, and every tensor piece of the
  * state is copied into the handle's snapshot memory (not copied with
- * SCK_SAVE_NO_COPY).  The data file is written by a background thread
+ * SCK_SAVE_NO_COPY).  Device pieces (sck_state_add_device_box) are copied
+ * device -> host into the snapshot through the state's ops, in pinned memory
+ * from their host_alloc where they have one (the snapshot is host memory,
+ * never a second copy on the device); with SCK_SAVE_NO_COPY they are instead
+ * streamed from the device by the background writer, through pinned staging,
+ * and must stay unchanged until sck_wait.  The data file is written by a background thread
  * while the caller goes on, at a lower CPU priority (SCK_SAVE_FULL_PRIORITY);
  * sck_wait finishes the save.  After a successful
  * return the caller may modify its tensors and free `st` (with

@@ -437,6 +437,8 @@ TEST(device_reshard_threads) {
         if (mode == 2) jd.ops = &EMU_OPS_PLAIN;
         REQUIRE_OK(run_save(&jh, 2));
         REQUIRE_OK(run_save(&jd, 2));
+        for (int r = 0; r < 2; r++) /* the staging bound: 2 x staging_mib, pinned, per rank */
+            CHECK(jd.emus[r].host_peak <= 2 * (1 << 20) + 8192 && jd.emus[r].host_cur == 0 && (mode == 2) == (jd.emus[r].allocs == 0));
         for (int r = 0; r < 2; r++) {
             char name[64];
             snprintf(name, sizeof name, "__%d_0.distcp", r);
@@ -448,7 +450,8 @@ TEST(device_reshard_threads) {
             if (mode == 2) jl.ops = &EMU_OPS_PLAIN;
             REQUIRE_OK(run_load(&jl, nl));
             CHECK(jl.mismatches == 0);
-            for (int r = 0; r < nl; r++) CHECK(jl.emus[r].d2h_calls == 0 && jl.emus[r].host_cur == 0);
+            for (int r = 0; r < nl; r++)
+                CHECK(jl.emus[r].d2h_calls == 0 && jl.emus[r].host_cur == 0 && jl.emus[r].host_peak <= 2 * (1 << 20) + 8192);
             job_done(&jl);
         }
         job_done(&jh);
@@ -469,6 +472,7 @@ TEST(device_async_save) {
         jd.async = mode;
         REQUIRE_OK(run_save(&jd, 2));
         if (mode == 1) CHECK(jd.emus[0].host_peak > 0 && jd.emus[0].host_cur == 0); /* the snapshot, freed with the handle */
+        if (mode == 2) CHECK(jd.emus[0].host_peak <= 2 * (1 << 20) + 8192); /* streamed: only the staging */
         job jl;
         job_init(&jl, dir, 1);
         REQUIRE_OK(run_load(&jl, 3));
