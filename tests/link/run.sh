@@ -33,6 +33,10 @@ if command -v "${MPICC:-mpicc}" >/dev/null 2>&1; then
     check_exports "$B/libshardckpt_mpi.so" -D
     check_exports "$B/libshardckpt_mpi.a" -g
 fi
+if [ -f "$B/libshardckpt_cuda.so" ]; then # built by `make cuda` only where the CUDA toolkit is
+    check_exports "$B/libshardckpt_cuda.so" -D
+    check_exports "$B/libshardckpt_cuda.a" -g
+fi
 
 # The same program linked two ways; each run saves, loads and verifies a checkpoint in a fresh directory.
 FLAGS="-std=c11 -Wall -Wextra -Werror -Wmissing-prototypes -Iinclude"
