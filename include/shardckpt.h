@@ -589,7 +589,8 @@ typedef struct sck_load_opts {
      *  buffers their bytes are read into before the copy to the device (0: 64), from the ops'
      *  host_alloc when it is given.  This field took the place of the last reserved slot
      *  (reserved[6]): the struct's size and layout are unchanged, a caller that zeroed the struct
-     *  gets the default, and initializers such as {flags, {0}} still compile. */
+     *  gets the default, and initializers such as {flags, {0}} still compile (-Wextra's
+     *  -Wmissing-field-initializers asks for the trailing 0: {flags, {0}, 0}). */
     unsigned staging_mib;
 } sck_load_opts;
 
