@@ -256,7 +256,8 @@ fuzz-smoke: fuzz
 
 # Installation (README "Installing"): headers, the sealed static and the versioned shared libraries, the CLI
 # and pkg-config files.  `make install PREFIX=/usr DESTDIR=/tmp/stage` stages for a package; the .pc files
-# name PREFIX, not DESTDIR.  The MPI library, its header and shardckpt-mpi.pc come along when MPI is built;
+# name PREFIX, not DESTDIR.  The MPI library, its header and shardckpt-mpi.pc come along when MPI is built (the CUDA
+# ones, with shardckpt-cuda.pc naming CUDA_HOME's runtime, when CUDA is);
 # shardckpt-mpi.pc requires the pkg-config module of the MPI it was built against.
 PREFIX       ?= /usr/local
 BINDIR       ?= $(PREFIX)/bin
@@ -264,13 +265,13 @@ LIBDIR       ?= $(PREFIX)/lib
 INCLUDEDIR   ?= $(PREFIX)/include
 PKGCONFIGDIR ?= $(LIBDIR)/pkgconfig
 MPI_PC       := $(shell $(MPICC) -showme:version >/dev/null 2>&1 && echo ompi-c || echo mpich)
-INSTALL_HDRS := $(filter-out $(if $(HAVE_MPI),,include/shardckpt_mpi.h) include/shardckpt_cuda.h,$(wildcard include/*.h))
+INSTALL_HDRS := $(filter-out $(if $(HAVE_MPI),,include/shardckpt_mpi.h) $(if $(HAVE_CUDA),,include/shardckpt_cuda.h),$(wildcard include/*.h))
 PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(INCLUDEDIR)|' \
-	-e 's|@VERSION@|$(VERSION)|g; s|@MPI_PC@|$(MPI_PC)|g'
+	-e 's|@VERSION@|$(VERSION)|g; s|@MPI_PC@|$(MPI_PC)|g; s|@CUDA_HOME@|$(CUDA_HOME)|g'
 D := $(DESTDIR)
 
 .PHONY: install uninstall
-install: all $(if $(HAVE_MPI),mpi)
+install: all $(if $(HAVE_MPI),mpi) $(if $(HAVE_CUDA),cuda)
 	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCLUDEDIR) $(D)$(PKGCONFIGDIR)
 	install -m 644 $(INSTALL_HDRS) $(D)$(INCLUDEDIR)/
 	install -m 755 $(BUILD)/bin/shardckpt $(D)$(BINDIR)/
@@ -286,6 +287,13 @@ ifeq ($(HAVE_MPI),1)
 	ln -sf libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_mpi.so
 	$(PC_SED) pkgconfig/shardckpt-mpi.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt-mpi.pc
 endif
+ifeq ($(HAVE_CUDA),1)
+	install -m 644 $(BUILD)/libshardckpt_cuda.a $(D)$(LIBDIR)/
+	install -m 755 $(BUILD)/libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_cuda.so.$(SOMAJOR)
+	ln -sf libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_cuda.so
+	$(PC_SED) pkgconfig/shardckpt-cuda.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt-cuda.pc
+endif
 	@# a system directory's loader cache needs refreshing; a staged or private prefix does not
 	@if [ -z "$(DESTDIR)" ] && [ "$$(id -u)" = 0 ] && command -v ldconfig >/dev/null; then ldconfig; fi
 
@@ -294,7 +302,8 @@ uninstall:
 	rm -f $(addprefix $(D)$(INCLUDEDIR)/,$(notdir $(wildcard include/*.h))) $(D)$(BINDIR)/shardckpt
 	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt.a libshardckpt.so libshardckpt.so.$(SOMAJOR) libshardckpt.so.$(VERSION))
 	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt_mpi.a libshardckpt_mpi.so libshardckpt_mpi.so.$(SOMAJOR) libshardckpt_mpi.so.$(VERSION))
-	rm -f $(D)$(PKGCONFIGDIR)/shardckpt.pc $(D)$(PKGCONFIGDIR)/shardckpt-mpi.pc
+	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt_cuda.a libshardckpt_cuda.so libshardckpt_cuda.so.$(SOMAJOR) libshardckpt_cuda.so.$(VERSION))
+	rm -f $(addprefix $(D)$(PKGCONFIGDIR)/,shardckpt.pc shardckpt-mpi.pc shardckpt-cuda.pc)
 
 clean:
 	rm -rf build build-asan

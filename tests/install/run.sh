@@ -4,6 +4,7 @@
 #   shardckpt.pc land under PREFIX; DESTDIR stages the same tree elsewhere while the .pc files still name PREFIX;
 #   out of tree: examples/quickstart.c, copied away from the repository, builds with only
 #   `pkg-config --cflags --libs shardckpt` as C and as C++ (g++), shared and static, and runs;
+#   CUDA (when the toolkit is there): tests/cuda/cuda_device.c builds with `pkg-config shardckpt-cuda`;
 #   MPI (when built): examples/fsdp_train.c builds with `pkg-config shardckpt-mpi` and trains on 2 ranks, bit for
 #   bit what the threads run gives;
 #   uninstall: removes every file install put there.
@@ -30,11 +31,15 @@ if ! $MAKE --no-print-directory BUILD="$B" PREFIX="$P" install > "$tmp/install.l
     echo "$pass passed, $fail failed"; exit 1
 fi
 
-# ---- what lands where
+# ---- what lands where (install builds libshardckpt_cuda when the CUDA toolkit is there)
+HAVE_CUDA=
+[ -f "$B/libshardckpt_cuda.a" ] && HAVE_CUDA=1
 missing=
 for f in include/shardckpt.h bin/shardckpt lib/libshardckpt.a lib/libshardckpt.so.$VERSION \
          lib/pkgconfig/shardckpt.pc ${HAVE_MPI:+include/shardckpt_mpi.h lib/libshardckpt_mpi.a \
-         lib/libshardckpt_mpi.so.$VERSION lib/pkgconfig/shardckpt-mpi.pc}; do
+         lib/libshardckpt_mpi.so.$VERSION lib/pkgconfig/shardckpt-mpi.pc} \
+         ${HAVE_CUDA:+include/shardckpt_cuda.h lib/libshardckpt_cuda.a lib/libshardckpt_cuda.so.$VERSION \
+         lib/pkgconfig/shardckpt-cuda.pc}; do
     [ -f "$P/$f" ] || missing="$missing $f"
 done
 for l in libshardckpt.so libshardckpt.so.$MAJOR; do
@@ -87,6 +92,18 @@ if [ -n "$HAVE_MPI" ]; then
         ok "fsdp_train built with pkg-config shardckpt-mpi: 2 MPI ranks match 2 threads bit for bit"
     else
         tail -n 20 mpi.log; bad "fsdp_train (MPI, pkg-config build): run failed or differs from threads"
+    fi
+fi
+if [ -n "$HAVE_CUDA" ]; then
+    # built and linked only: running it needs a GPU (tests/cuda/cuda_device.c)
+    cp "$repo/tests/cuda/cuda_device.c" .
+    # shellcheck disable=SC2046
+    if cc -std=c11 -D_GNU_SOURCE $(pkg-config --cflags shardckpt-cuda) -o cuda_device cuda_device.c \
+            $(pkg-config --libs shardckpt-cuda) -Wl,-rpath,"$P/lib" -lcudart -L"$(pkg-config --variable=cuda_home shardckpt-cuda)/lib64" \
+            > cuda.log 2>&1; then
+        ok "tests/cuda/cuda_device.c builds out of tree with pkg-config shardckpt-cuda (not run: needs a GPU)"
+    else
+        cat cuda.log; bad "cuda_device: does not build with pkg-config shardckpt-cuda"
     fi
 fi
 cd "$repo" || exit 2
