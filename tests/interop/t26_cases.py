@@ -42,8 +42,9 @@ def inside(path):
     return "/" + os.path.relpath(path, TRIXIE_ROOT)
 
 
-def py26(ri, script, *args):
-    """Runs tests/interop/SCRIPT under torch 2.6; paths among args are host paths under the root."""
+def py26(ri, script, *args, env=()):
+    """Runs tests/interop/SCRIPT under torch 2.6; paths among args are host paths under the root; env: more
+    "NAME=value" strings for its environment."""
     if not os.path.isfile(os.path.join(TRIXIE_ROOT, "usr/bin/python3")):
         raise ri.Failure(f"torch 2.6 chroot not found at {TRIXIE_ROOT} (build it: sh tests/interop/torch26_root.sh)")
     # One script folder per checkout, so that suites run from two checkouts at once do not swap scripts.
@@ -53,9 +54,16 @@ def py26(ri, script, *args):
     for name in os.listdir(HERE):  # the script and the t26_* modules it imports
         if name.startswith("t26_") and name.endswith(".py"):
             shutil.copyfile(os.path.join(HERE, name), os.path.join(d, name))
-    args = [inside(a) if a.startswith(TRIXIE_ROOT + "/") else a for a in args]
+    return in_chroot(ri, [f"/tmp/{sub}/{script}"] + list(args), env)
+
+
+def in_chroot(ri, args, env=()):
+    """Runs `python3 ARGS` in the chroot, paths among args and env values being host paths under the root."""
+    def fix(a):
+        return inside(a) if a.startswith(TRIXIE_ROOT + "/") else a
+    env = [k + "=" + fix(v) for k, v in (e.split("=", 1) for e in env)]
     cmd = ["chroot", TRIXIE_ROOT, "env", "-i", "PATH=/usr/bin:/bin", "HOME=/root", "USE_LIBUV=0", "PYTHONWARNINGS=ignore",
-           "python3", f"/tmp/{sub}/{script}"] + args
+           *env, "python3"] + [fix(a) for a in args]
     try:
         p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
@@ -177,6 +185,7 @@ def stmeta(ri, w):
 
 def add_cases(s, ri):
     import t26_adam_case  # it uses py26 from here
+    import t26_py_case
     def in_root(fn):
         def run():
             base = os.path.join(TRIXIE_ROOT, "tmp")
@@ -207,3 +216,4 @@ def add_cases(s, ri):
            "them as str; diff names a one-byte change; DCP values as strings and JSON keys", in_root(stmeta))
     s.case("(t) torch 2.6 dcp_to_torch_save: shardckpt's re-save of Module + Adam state unflattens as torch's own "
            "(planner_data paths)", in_root(planner_data))
+    t26_py_case.add_cases(s, ri, in_root)

@@ -17,7 +17,7 @@ usage: t26_dtensor.py save DIR NRANKS         dcp.save of STATE's DTensors (Shar
 import os
 import sys
 
-from t26_ranks import launch, rank_report, tensor_dict_problems
+from t26_ranks import launch, load_args, rank_report, tensor_dict_problems
 
 ROWS, COLS = (7, 5), (4, 9)  # 7 rows over 2-4 ranks: uneven shards
 
@@ -97,7 +97,7 @@ def dtensor_rank(mode, path, swap):
         print(f"rank {rank}: saved rows {list(state(mesh, True)['model']['rows'].to_local().shape)} of {list(ROWS)}")
         return 0
     sd = state(mesh, False, swap)
-    dcp.load(sd, checkpoint_id=path)
+    dcp.load(sd, **load_args(path))
     problems = problems_of(sd)
     dist.barrier()
     how = "swapped" if swap else "same"
@@ -171,7 +171,7 @@ def resume_rank(mode, path, want_path):
     train(m, opt, [99])  # so that the optimizer has state to overwrite
     msd, osd = get_state_dict(m, opt)
     sd = {"model": msd, "optimizer": osd, "step": 0}
-    dcp.load(sd, checkpoint_id=path)
+    dcp.load(sd, **load_args(path))
     set_state_dict(m, opt, model_state_dict=sd["model"], optim_state_dict=sd["optimizer"])
     train(m, opt, range(sd["step"], sd["step"] + 2))
     got, want = full_params_and_moments(m, opt), torch.load(want_path, weights_only=True)

@@ -17,6 +17,8 @@ torch's bits* dtypes are left out: torch 2.6's DCP planner cannot size them (tor
 import os
 import sys
 
+from t26_ranks import load_args
+
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
           "complex64", "complex128", "complex32", "uint16", "uint32", "uint64",
           "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz"]
@@ -79,7 +81,7 @@ def load(d, big=False):
     import torch.distributed.checkpoint as dcp
     names = [n for n in DTYPES if not (big and n in UNTYPED_MULTIBYTE)]
     sd = {f"w.{n}": torch.zeros(SHAPE, dtype=getattr(torch, n)) for n in names}
-    dcp.load(sd, checkpoint_id=d)
+    dcp.load(sd, **load_args(d))
     bad = [n for k, n in enumerate(DTYPES) if n in names and not same_bytes(sd[f"w.{n}"], pattern(n, k))]
     for n in bad:
         print(f"w.{n}: bytes differ from the saved pattern")

@@ -5,6 +5,11 @@ launch(script, args, n) runs `python3 script *args` n times with MASTER_ADDR/MAS
 SCK_T26_RANK=1 set (the script's main runs its rank code when it sees SCK_T26_RANK), each under a timeout:
 a failed rank leaves its gloo peers waiting forever.  A rank's lines starting "rank " are printed, or all
 of its output when it failed.  Returns 0 when every rank exited 0.
+
+load_args(path) is what the scripts pass to dcp.load: checkpoint_id=path (torch's own reader), or, when
+SCK_T26_PYSITE names where the shardckpt Python package is installed, storage_reader=shardckpt.torch's
+FileSystemReader(path), with Python's open() refusing any `.metadata` (the C reader decodes it; nothing of
+Python's reads or unpickles it).
 """
 import os
 import socket
@@ -39,6 +44,27 @@ def launch(script, args, n, timeout_s=TIMEOUT_S):
         print("\n".join(lines) if p.returncode == 0 else text)
         rc = rc or p.returncode
     return rc
+
+
+def load_args(path):
+    site = os.environ.get("SCK_T26_PYSITE")
+    if not site:
+        return {"checkpoint_id": path}
+    import builtins
+    import io
+    if site not in sys.path:
+        sys.path.insert(0, site)
+    if not getattr(io.open, "sck_guard", False):
+        real_open = io.open
+
+        def guarded_open(file, *args, **kwargs):
+            if isinstance(file, (str, bytes, os.PathLike)) and os.path.basename(os.fsdecode(file)) == ".metadata":
+                raise AssertionError(f"Python opened {os.fsdecode(file)} under shardckpt.torch.FileSystemReader")
+            return real_open(file, *args, **kwargs)
+        guarded_open.sck_guard = True
+        builtins.open = io.open = guarded_open
+    import shardckpt.torch
+    return {"storage_reader": shardckpt.torch.FileSystemReader(path)}
 
 
 def tensor_dict_problems(got, want):

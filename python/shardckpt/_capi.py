@@ -1,0 +1,91 @@
+"""ctypes declarations of the part of include/shardckpt.h this package uses, and the library lookup.
+
+The library is found, in order: the path in $SHARDCKPT_LIBRARY; libshardckpt.so next to this file (what
+`pip install ./python` copies in when the repository's build/libshardckpt.so exists); the system's
+(ctypes.util.find_library("shardckpt"), then plain "libshardckpt.so" on the loader's path).
+"""
+import ctypes
+import ctypes.util
+import os
+
+MAX_DIMS = 16
+ENTRY_TENSOR, ENTRY_BYTES = 0, 1
+
+(VAL_NULL, VAL_BOOL, VAL_INT, VAL_FLOAT, VAL_STRING, VAL_BYTES, VAL_LIST, VAL_DICT, VAL_TUPLE, VAL_BIGINT,
+ VAL_PICKLE) = range(11)
+
+I64s = ctypes.c_int64 * MAX_DIMS
+
+
+class EntryInfo(ctypes.Structure):
+    _fields_ = [("key", ctypes.c_char_p), ("kind", ctypes.c_int), ("dtype", ctypes.c_int), ("ndim", ctypes.c_int),
+                ("shape", I64s), ("nchunks", ctypes.c_size_t), ("nbytes", ctypes.c_uint64),
+                ("file", ctypes.c_char_p)]
+
+
+class ChunkInfo(ctypes.Structure):
+    _fields_ = [("offsets", I64s), ("sizes", I64s), ("file", ctypes.c_char_p), ("offset", ctypes.c_uint64),
+                ("length", ctypes.c_uint64)]
+
+
+class VerifyStats(ctypes.Structure):
+    _fields_ = [("entries", ctypes.c_uint64), ("chunks", ctypes.c_uint64), ("checksummed", ctypes.c_uint64),
+                ("bytes", ctypes.c_uint64)]
+
+
+def _candidates():
+    env = os.environ.get("SHARDCKPT_LIBRARY")
+    if env:
+        return [env]  # named explicitly: nothing else is tried
+    out = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "libshardckpt.so")]
+    out = [p for p in out if os.path.exists(p)]
+    found = ctypes.util.find_library("shardckpt")
+    return out + ([found] if found else []) + ["libshardckpt.so"]
+
+
+def _load():
+    errors = []
+    for path in _candidates():
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            errors.append(f"{path}: {e}")
+    raise ImportError("shardckpt: cannot load libshardckpt.so (set SHARDCKPT_LIBRARY to its path): "
+                      + "; ".join(errors))
+
+
+lib, LIBRARY_PATH = _load()
+
+_P, _I, _SZ, _CP = ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p
+_SIGS = {
+    "sck_version": (_CP, []),
+    "sck_last_error": (_CP, []),
+    "sck_status_name": (_CP, [_I]),
+    "sck_dtype_size": (_SZ, [_I]),
+    "sck_dtype_name": (_CP, [_I]),
+    "sck_ckpt_open": (_I, [_CP, ctypes.POINTER(_P)]),
+    "sck_ckpt_close": (None, [_P]),
+    "sck_ckpt_count": (_SZ, [_P]),
+    "sck_ckpt_entry": (_I, [_P, _SZ, ctypes.POINTER(EntryInfo)]),
+    "sck_ckpt_chunk": (_I, [_P, _SZ, _SZ, ctypes.POINTER(ChunkInfo)]),
+    "sck_ckpt_find": (ctypes.c_long, [_P, _CP]),
+    "sck_ckpt_entry_path": (_I, [_P, _SZ, ctypes.POINTER(_P)]),
+    "sck_ckpt_read_box": (_I, [_P, _SZ, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64), _P]),
+    "sck_ckpt_verify": (_I, [_P, ctypes.POINTER(VerifyStats)]),
+    "sck_ckpt_read_bytes": (_I, [_P, _SZ, ctypes.POINTER(_P), ctypes.POINTER(_SZ), ctypes.POINTER(_P)]),
+    "sck_value_free": (None, [_P]),
+    "sck_value_kind_of": (_I, [_P]),
+    "sck_value_get_bool": (_I, [_P]),
+    "sck_value_get_int": (ctypes.c_int64, [_P]),
+    "sck_value_get_float": (ctypes.c_double, [_P]),
+    "sck_value_get_string": (_P, [_P, ctypes.POINTER(_SZ)]),
+    "sck_value_len": (_SZ, [_P]),
+    "sck_value_at": (_P, [_P, _SZ]),
+    "sck_value_key_at": (_CP, [_P, _SZ]),
+}
+for _name, (_res, _args) in _SIGS.items():
+    _f = getattr(lib, _name)
+    _f.restype, _f.argtypes = _res, _args
+
+libc_free = ctypes.CDLL(None).free
+libc_free.restype, libc_free.argtypes = None, [_P]
