@@ -515,6 +515,86 @@ int sck_json_parse(const char *text, size_t n, unsigned flags, sck_value **out) 
     return rc;
 }
 
+/* ---- one value at a time ---- */
+
+int sck_json_peek(const char *text, size_t n, size_t *pos) {
+    parser p = {(const uint8_t *)text, n, *pos, 0, 0, {NULL, 0, 0}};
+    skip_ws(&p);
+    *pos = p.pos;
+    return p.pos < n ? (unsigned char)text[p.pos] : -1;
+}
+
+int sck_json_read_string(const char *text, size_t n, size_t *pos, sck_buf *out) {
+    parser p = {(const uint8_t *)text, n, *pos, 0, 0, *out};
+    skip_ws(&p);
+    int rc = p.pos >= n ? perr(p.pos, "unexpected end of input") : p.s[p.pos] != '"' ? perr(p.pos, "expected a string")
+           : parse_string(&p);
+    if (!rc && sck_buf_put_u8(&p.scratch, 0)) rc = nomem(p.pos);
+    if (!rc) p.scratch.len--;   /* NUL-terminated, not counted */
+    *out = p.scratch;
+    *pos = p.pos;
+    return rc;
+}
+
+int sck_json_read_value(const char *text, size_t n, size_t *pos, unsigned flags, sck_value **out) {
+    parser p = {(const uint8_t *)text, n, *pos, flags, 0, {NULL, 0, 0}};
+    int rc = parse_value(&p, out);
+    sck_buf_free(&p.scratch);
+    *pos = p.pos;
+    return rc;
+}
+
+/* Checks one value and steps over it, building nothing (scalars are built and dropped: they are small). */
+static int skip_value(parser *p) {
+    skip_ws(p);
+    if (p->pos >= p->n) return perr(p->pos, "unexpected end of input");
+    uint8_t open = p->s[p->pos];
+    if (open == '"') return parse_string(p);
+    if (open != '[' && open != '{') {
+        sck_value *v;
+        int rc = parse_value(p, &v);
+        sck_value_free(v);
+        return rc;
+    }
+    int rc = enter(p);
+    if (rc) return rc;
+    uint8_t close = open == '[' ? ']' : '}';
+    skip_ws(p);
+    if (p->pos < p->n && p->s[p->pos] == close) {
+        p->pos++;
+        p->depth--;
+        return SCK_OK;
+    }
+    for (;;) {
+        if (open == '{') {
+            skip_ws(p);
+            if (p->pos >= p->n) return perr(p->pos, "unexpected end of input in object");
+            if (p->s[p->pos] != '"') return perr(p->pos, "expected a string key in object");
+            if ((rc = parse_string(p))) return rc;
+            skip_ws(p);
+            if (p->pos >= p->n || p->s[p->pos] != ':')
+                return perr(p->pos, p->pos >= p->n ? "unexpected end of input in object" : "expected ':' after object key");
+            p->pos++;
+        }
+        if ((rc = skip_value(p))) return rc;
+        skip_ws(p);
+        if (p->pos >= p->n) return perr(p->pos, open == '[' ? "unexpected end of input in array" : "unexpected end of input in object");
+        uint8_t c = p->s[p->pos++];
+        if (c == close) break;
+        if (c != ',') return perr(p->pos - 1, open == '[' ? "expected ',' or ']' in array" : "expected ',' or '}' in object");
+    }
+    p->depth--;
+    return SCK_OK;
+}
+
+int sck_json_skip_value(const char *text, size_t n, size_t *pos) {
+    parser p = {(const uint8_t *)text, n, *pos, 0, 0, {NULL, 0, 0}};
+    int rc = skip_value(&p);
+    sck_buf_free(&p.scratch);
+    *pos = p.pos;
+    return rc;
+}
+
 int sck_value_from_json(const char *text, size_t n, sck_value **out) { return sck_json_parse(text, n, 0, out); }
 
 /* ------------------------------------------------------------------------ */

@@ -21,6 +21,18 @@
  * Errors: SCK_ERR_FORMAT ("JSON: <what> at byte <offset>", offset from `text`), SCK_ERR_NOMEM. */
 int sck_json_parse(const char *text, size_t n, unsigned flags, sck_value **out);
 
+/* Reading a document one value at a time, for one too big to hold as a tree (a safetensors header of
+ * a million tensors): each call starts at *pos (whitespace first) and leaves *pos after what it read.
+ * Errors as sck_json_parse, offsets from `text`.
+ * sck_json_peek: the next non-whitespace byte (*pos moved to it), -1 at the end.
+ * sck_json_read_string: a string, decoded into out (NUL-terminated; out->len excludes the NUL).
+ * sck_json_read_value: any value into *out (NULL on error).
+ * sck_json_skip_value: checks a value and steps over it without building it. */
+int sck_json_peek(const char *text, size_t n, size_t *pos);
+int sck_json_read_string(const char *text, size_t n, size_t *pos, sck_buf *out);
+int sck_json_read_value(const char *text, size_t n, size_t *pos, unsigned flags, sck_value **out);
+int sck_json_skip_value(const char *text, size_t n, size_t *pos);
+
 /* Appends the compact JSON of `v` to `b` (no NUL).  Returns SCK_OK or SCK_ERR_NOMEM. */
 int sck_json_write(sck_buf *b, const sck_value *v);
 

@@ -573,9 +573,45 @@ static int decode_storage(ck_meta *m, const pk_obj *key, const pk_obj *val, cons
     return SCK_OK;
 }
 
+/* Memo references let a few bytes stand for a whole record again (one chunk list shared by a million
+ * tensors, one chunk a million times in a list), and each reference becomes a full copy in the model.
+ * So before building anything: every chunk needs a storage record of its own, and the model may take
+ * at most DCP_EXPAND_PER_BYTE bytes per input byte (plus DCP_EXPAND_BASE), arrays grown by doubling
+ * aside; a file written by torch or by us needs about one.  *left: what the keys' paths may still take. */
+#define DCP_EXPAND_PER_BYTE 4u
+#define DCP_EXPAND_BASE ((uint64_t)64 << 20)
+
+static int check_expansion(const pk_obj *sdm, const pk_obj *sd, size_t n, const char *what, uint64_t *left) {
+    uint64_t chunks = 0, bytes = (uint64_t)sdm->n * sizeof(ck_entry);
+    for (size_t i = 0; i < sdm->n; i++) {
+        const pk_obj *val = sdm->items[2 * i + 1];
+        const pk_obj *cl = attr(val, "chunks");
+        int ndim = 0;
+        int64_t dims[SCK_MAX_DIMS];
+        if (!cl || cl->kind != PK_LIST) {
+            chunks++;   /* a bytes entry (anything else fails in decode_entry) */
+            continue;
+        }
+        if (!get_dims(attr(val, "size"), &ndim, dims)) ndim = 0;
+        chunks += cl->n;
+        bytes += (uint64_t)cl->n * (sizeof(ck_chunk) + 2 * (uint64_t)ndim * sizeof(int64_t));
+    }
+    if (chunks > sd->n)
+        return sck_err(SCK_ERR_FORMAT, "%s: state_dict_metadata lists %llu chunks but storage_data has only %zu records "
+                       "(each chunk needs its own)", what, (unsigned long long)chunks, sd->n);
+    uint64_t limit = (uint64_t)n * DCP_EXPAND_PER_BYTE + DCP_EXPAND_BASE;
+    if (bytes > limit)
+        return sck_err(SCK_ERR_FORMAT, "%s: %zu entries with %llu chunks would take %llu MiB, more than the limit of %u "
+                       "bytes per byte of this %zu-byte file plus %llu MiB (memo references repeat records)",
+                       what, sdm->n, (unsigned long long)chunks, (unsigned long long)(bytes >> 20), DCP_EXPAND_PER_BYTE,
+                       n, (unsigned long long)(DCP_EXPAND_BASE >> 20));
+    *left = limit - bytes;
+    return SCK_OK;
+}
+
 /* planner_data's path of each key, where it is a tuple of strings and indices other than the key's
  * default; anything else keeps the default: torch itself only reads it when unflattening. */
-static int decode_paths(ck_meta *m, const pk_obj *pd) {
+static int decode_paths(ck_meta *m, const pk_obj *pd, const char *what, uint64_t left) {
     if (!pd || pd->kind != PK_DICT) return SCK_OK;
     sck_buf b;
     sck_buf_init(&b);
@@ -584,6 +620,18 @@ static int decode_paths(ck_meta *m, const pk_obj *pd) {
         const pk_obj *k = pd->items[2 * i];
         long ei = k->kind == PK_STR ? ck_meta_find(m, k->s) : -1;
         if (ei < 0 || m->e[ei].path) continue;
+        /* a path's elements may be memo references to one long string: charge the copy first */
+        const pk_obj *t = pd->items[2 * i + 1];
+        uint64_t cost = 0;
+        if (t->kind == PK_TUPLE || t->kind == PK_LIST)
+            for (size_t j = 0; j < t->n; j++) cost += 16 + (t->items[j]->kind == PK_STR ? t->items[j]->len : 0);
+        if (cost > left) {
+            rc = sck_err(SCK_ERR_FORMAT, "%s: planner_data paths take more than the limit of %u bytes per byte of the "
+                         "file plus %llu MiB (memo references repeat strings), at key '%s'", what, DCP_EXPAND_PER_BYTE,
+                         (unsigned long long)(DCP_EXPAND_BASE >> 20), k->s);
+            break;
+        }
+        left -= cost;
         b.len = 0;
         int got = kp_from_pickle(pd->items[2 * i + 1], &b);
         if (got < 0) rc = got;
@@ -611,16 +659,18 @@ int dcp_meta_decode(const uint8_t *data, size_t n, const char *what, ck_meta *ou
         rc = sck_err(SCK_ERR_FORMAT, "%s: Metadata has no state_dict_metadata dict", what);
         goto done;
     }
-    for (size_t i = 0; i < sdm->n; i++) {
-        if ((rc = decode_entry(out, sdm->items[2 * i], sdm->items[2 * i + 1], what))) goto done;
-    }
-    if ((rc = ck_meta_finish(out, what))) goto done;
-    if ((rc = decode_paths(out, attr(root, "planner_data")))) goto done;
     const pk_obj *sd = attr(root, "storage_data");
     if (!sd || sd->kind != PK_DICT) {
         rc = sck_err(SCK_ERR_FORMAT, "%s: Metadata has no storage_data dict (not written by a FileSystemWriter?)", what);
         goto done;
     }
+    uint64_t left = 0;
+    if ((rc = check_expansion(sdm, sd, n, what, &left))) goto done;
+    for (size_t i = 0; i < sdm->n; i++) {
+        if ((rc = decode_entry(out, sdm->items[2 * i], sdm->items[2 * i + 1], what))) goto done;
+    }
+    if ((rc = ck_meta_finish(out, what))) goto done;
+    if ((rc = decode_paths(out, attr(root, "planner_data"), what, left))) goto done;
     for (size_t i = 0; i < sd->n; i++) {
         if ((rc = decode_storage(out, sd->items[2 * i], sd->items[2 * i + 1], what))) goto done;
     }

@@ -69,6 +69,7 @@ struct pk_arena {
 /* pickle_tree.c */
 void *pk_arena_alloc(pk_arena *a, size_t size);
 void *pk_arena_alloc_zero(pk_arena *a, size_t size);
+void *pk_arena_grow(pk_arena *a, void *p, size_t old, size_t keep, size_t size);
 uint32_t pk_height_of(const pk_obj *o);
 const char *pk_op_name(int op);
 

@@ -138,10 +138,10 @@ int pk_add_entries(pk_parser *P, pk_obj *c, pk_obj *const *src, size_t k, int pa
     if (used + k > c->cap) {
         size_t cap = c->cap ? c->cap : 4;
         while (cap < used + k) cap *= 2;   /* bounded by the input size, cannot overflow */
-        pk_obj **items = pk_arena_alloc(P->arena, cap * sizeof *items);
+        pk_obj **items = pk_arena_grow(P->arena, c->items, c->cap * sizeof *items, used * sizeof *items,
+                                       cap * sizeof *items);
         if (!items) return pk_nomem(P);
-        if (used) memcpy(items, c->items, used * sizeof *items);
-        c->items = items;   /* the old array stays in the arena until it is freed */
+        c->items = items;
         c->cap = cap;
     }
     for (size_t i = 0; i < k; i++) {

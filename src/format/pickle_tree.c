@@ -84,6 +84,37 @@ void *pk_arena_alloc(pk_arena *a, size_t size) {
     return nb->data;
 }
 
+/* Grows p (old bytes from pk_arena_alloc, the first `keep` of them in use) to `size` bytes: in place
+ * when p ends the current block and the block has room, else as a copy, releasing p's block when p
+ * had one of its own.  A list grown by doubling to millions of items then holds one array, not every
+ * smaller one as well. */
+void *pk_arena_grow(pk_arena *a, void *p, size_t old, size_t keep, size_t size) {
+    old = (old + PK_ALIGN - 1) & ~(PK_ALIGN - 1);
+    pk_block *h = a->head;
+    if (p && h && (unsigned char *)p + old == h->data + h->used && size <= SIZE_MAX - PK_ALIGN) {
+        size_t need = (size + PK_ALIGN - 1) & ~(PK_ALIGN - 1);
+        if (need >= old && h->cap - (h->used - old) >= need) {
+            h->used += need - old;
+            return p;
+        }
+    }
+    void *q = pk_arena_alloc(a, size);
+    if (!q) return NULL;
+    if (keep) memcpy(q, p, keep);
+    /* a big allocation's block goes right behind the head, so p's is among the first few */
+    pk_block **pp = &a->head;
+    for (int k = 0; p && *pp && k < 4; k++, pp = &(*pp)->next) {
+        pk_block *b = *pp;
+        if (b->data == p && b->used == old) {
+            *pp = b->next;
+            a->total -= b->cap;
+            block_free(b);
+            break;
+        }
+    }
+    return q;
+}
+
 /* Memory for a node: zeroed, by the kernel when the block is fresh from mmap. */
 void *pk_arena_alloc_zero(pk_arena *a, size_t size) {
     void *p = pk_arena_alloc(a, size);

@@ -8,13 +8,6 @@
 
 #include "base/json.h"
 
-#define ST_MAX_HEADER 100000000ull
-#define ST_METADATA_KEY "__metadata__"
-
-/* Valid safetensors dtypes we do not implement: SCK_ERR_UNSUPPORTED rather than "malformed". */
-static const char *const g_other_spec_dtypes[] = {
-    "F4", "F6_E2M3", "F6_E3M2",
-};
 
 void st_header_free(st_header *h) {
     if (!h) return;
@@ -32,87 +25,6 @@ long st_find(const st_header *h, const char *name) {
 }
 
 /* ---- parsing ---- */
-
-static int parse_dtype(const char *what, const char *name, const sck_value *v, sck_dtype *out) {
-    size_t n;
-    const char *s = sck_value_get_string(v, &n);
-    if (sck_value_kind_of(v) != SCK_VAL_STRING)
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": \"dtype\" is not a string", what, name);
-    /* sck_dtype_from_name also takes torch names; the file must use the exact safetensors spelling. */
-    if (strlen(s) == n && sck_dtype_from_name(s, out) == SCK_OK && !strcmp(sck_dtype_st_name(*out), s)) return SCK_OK;
-    for (size_t i = 0; i < sizeof g_other_spec_dtypes / sizeof g_other_spec_dtypes[0]; i++)
-        if (!strcmp(s, g_other_spec_dtypes[i]))
-            return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor \"%s\" has dtype %s, which is not supported", what, name, s);
-    return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\" has unknown dtype \"%.40s\"", what, name, s);
-}
-
-/* A JSON integer >= 0 (floats like 2.0 are rejected, as serde does for usize). */
-static int get_count(const sck_value *v, int64_t *out) {
-    if (sck_value_kind_of(v) != SCK_VAL_INT || sck_value_get_int(v) < 0) return 0;
-    *out = sck_value_get_int(v);
-    return 1;
-}
-
-static int parse_tensor(const char *what, const char *name, const sck_value *v, st_tensor *t) {
-    if (sck_value_kind_of(v) != SCK_VAL_DICT)
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": entry is not an object", what, name);
-    const sck_value *dtype = sck_value_dict_get(v, "dtype");
-    const sck_value *shape = sck_value_dict_get(v, "shape");
-    const sck_value *offs = sck_value_dict_get(v, "data_offsets");
-    if (!dtype || !shape || !offs)
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": missing \"%s\"", what, name,
-                       !dtype ? "dtype" : !shape ? "shape" : "data_offsets");
-    int rc = parse_dtype(what, name, dtype, &t->dtype);
-    if (rc) return rc;
-
-    if (sck_value_kind_of(shape) != SCK_VAL_LIST)
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": \"shape\" is not a list", what, name);
-    size_t ndim = sck_value_len(shape);
-    if (ndim > SCK_MAX_DIMS)
-        return sck_err(SCK_ERR_UNSUPPORTED, "%s: tensor \"%s\" has %zu dimensions, more than %d", what, name, ndim,
-                       SCK_MAX_DIMS);
-    t->ndim = (int)ndim;
-    for (size_t d = 0; d < ndim; d++)
-        if (!get_count(sck_value_at(shape, d), &t->shape[d]))
-            return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": shape[%zu] is not a non-negative integer", what,
-                           name, d);
-
-    int64_t b, e;
-    if (sck_value_kind_of(offs) != SCK_VAL_LIST || sck_value_len(offs) != 2 ||
-        !get_count(sck_value_at(offs, 0), &b) || !get_count(sck_value_at(offs, 1), &e))
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": \"data_offsets\" is not [begin, end] of non-negative integers",
-                       what, name);
-    if (e < b)
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": data_offsets [%lld, %lld] end before they begin", what,
-                       name, (long long)b, (long long)e);
-    t->begin = (uint64_t)b;
-    t->end = (uint64_t)e;
-
-    uint64_t numel, nbytes;
-    if (sck_numel(t->ndim, t->shape, &numel) || sck_mul_overflow_u64(numel, sck_dtype_size(t->dtype), &nbytes))
-        return sck_err(SCK_ERR_FORMAT, "%s: tensor \"%s\": shape overflows 64 bits", what, name);
-    if (nbytes != t->end - t->begin)
-        return sck_err(SCK_ERR_FORMAT,
-                       "%s: tensor \"%s\": shape and dtype %s need %llu bytes but data_offsets [%llu, %llu] hold %llu",
-                       what, name, sck_dtype_st_name(t->dtype), (unsigned long long)nbytes,
-                       (unsigned long long)t->begin, (unsigned long long)t->end,
-                       (unsigned long long)(t->end - t->begin));
-    t->name = sck_strdup(name);
-    if (!t->name) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
-    return SCK_OK;
-}
-
-static int parse_metadata(const char *what, const sck_value *v, sck_value **out) {
-    if (sck_value_kind_of(v) == SCK_VAL_NULL) return SCK_OK;  /* serde reads null as "no metadata" */
-    if (sck_value_kind_of(v) != SCK_VAL_DICT)
-        return sck_err(SCK_ERR_FORMAT, "%s: \"%s\" is not an object", what, ST_METADATA_KEY);
-    for (size_t i = 0; i < sck_value_len(v); i++)
-        if (sck_value_kind_of(sck_value_at(v, i)) != SCK_VAL_STRING)
-            return sck_err(SCK_ERR_FORMAT, "%s: \"%s\" value of key \"%.200s\" is not a string", what,
-                           ST_METADATA_KEY, sck_value_key_at(v, i));
-    *out = sck_value_clone(v);
-    return *out ? SCK_OK : sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
-}
 
 /* File order: by offsets; zero-length tensors share offsets, so the name breaks ties. */
 static int cmp_tensor_offsets(const void *pa, const void *pb) {
@@ -148,27 +60,10 @@ static int check_layout(const char *what, const st_header *h, uint64_t data_len)
 }
 
 static int parse_json_header(const char *what, const uint8_t *json, uint64_t len, uint64_t data_len, st_header *h) {
-    sck_value *root = NULL;
-    int rc = sck_json_parse((const char *)json, (size_t)len, SCK_JSON_REJECT_DUP_KEYS | SCK_JSON_NO_BYTES, &root);
-    if (rc) return sck_err_wrap(rc, "%s: header JSON at file offset 8", what);
-    size_t count = sck_value_len(root);
-    h->t = calloc(count ? count : 1, sizeof *h->t);
-    if (!h->t) {
-        rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory for %zu tensors", what, count);
-        goto out;
-    }
-    for (size_t i = 0; i < count; i++) {
-        const char *name = sck_value_key_at(root, i);
-        const sck_value *v = sck_value_at(root, i);
-        if (!strcmp(name, ST_METADATA_KEY)) rc = parse_metadata(what, v, &h->metadata);
-        else if (!(rc = parse_tensor(what, name, v, &h->t[h->n]))) h->n++;
-        if (rc) goto out;
-    }
+    int rc = st_json_header(what, json, (size_t)len, h);
+    if (rc) return rc;
     qsort(h->t, h->n, sizeof *h->t, cmp_tensor_offsets);
-    rc = check_layout(what, h, data_len);
-out:
-    sck_value_free(root);
-    return rc;
+    return check_layout(what, h, data_len);
 }
 
 int st_parse_header(const uint8_t *buf, size_t buflen, uint64_t file_size, const char *what, st_header *out,

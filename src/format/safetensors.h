@@ -10,6 +10,13 @@
 #include "shardckpt.h"
 #include "base/util.h"
 
+/* The reference crate's limit on the header (MAX_HEADER_SIZE in safetensors/src/tensor.rs). */
+#define ST_MAX_HEADER 100000000ull
+#define ST_METADATA_KEY "__metadata__"
+/* __metadata__ entries we hold at most: each costs a dict entry and two strings, some 150 bytes for
+ * as few as 7 of JSON; files carry a handful. */
+#define ST_MAX_METADATA 1000000
+
 typedef struct st_tensor {
     char *name;
     sck_dtype dtype;
@@ -45,6 +52,12 @@ long st_find(const st_header *h, const char *name);
  * JSON is padded with spaces so the data section starts 8-byte aligned, as the reference
  * implementation does.  `out` receives the 8-byte length + JSON.  Errors: SCK_ERR_INVALID_ARG, SCK_ERR_NOMEM. */
 int st_build_header(st_tensor *t, size_t n, const sck_value *metadata, sck_buf *out);
+
+/* The JSON of a header (len bytes from its '{'), read one entry at a time into h->t (file order, not
+ * sorted or checked against the data section yet; every entry's own checks made) and h->metadata.
+ * On error h may hold part of the result: free it with st_header_free.  Errors: SCK_ERR_FORMAT,
+ * SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
+int st_json_header(const char *what, const uint8_t *json, size_t len, st_header *h);
 
 /* Reads and parses the header of the safetensors file at `path` (st_parse_header's checks).
  * Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM. */
