@@ -748,8 +748,12 @@ typedef struct sck_chunk_info {
  *  index from `.metadata.sck` when that belongs to it; or a safetensors
  *  file / Hugging Face sharded directory, see docs/FORMAT.md).  *out is owned by the
  *  caller (sck_ckpt_close).  Reads check CRC-32Cs where `.metadata` records them.
- *  Errors: SCK_ERR_IO, SCK_ERR_FORMAT, SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM,
- *  SCK_ERR_COVERAGE (saved chunks of a tensor overlap). */
+ *  Memory stays proportional to the metadata's size: metadata that would expand
+ *  beyond the limits of docs/FORMAT.md ("Memory limits": memo references that repeat
+ *  records, a safetensors header over 100,000,000 bytes) is refused early.
+ *  Errors: SCK_ERR_IO, SCK_ERR_FORMAT (also those limits, naming the file and the
+ *  limit), SCK_ERR_UNSUPPORTED, SCK_ERR_NOMEM, SCK_ERR_COVERAGE (saved chunks of a
+ *  tensor overlap). */
 SCK_API int sck_ckpt_open(const char *dir, sck_ckpt **out);
 SCK_API void sck_ckpt_close(sck_ckpt *ck);
 /** Number of entries, sorted by key. */
