@@ -300,12 +300,12 @@ int st_out_commit(const st_layout *L, int do_fsync) {
     return rc;
 }
 
-int st_parse_size(const char *s, uint64_t *out) {
-    if (!s || !*s) return -1;
+int sck_parse_size(const char *s, uint64_t *out) {
+    if (!s || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_parse_size: NULL argument");
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v > 0) || !isfinite(v)) return -1;
+    double v = *s ? strtod(s, &end) : 0;
+    if (!*s || errno || end == s || !(v > 0) || !isfinite(v)) goto bad;
     static const struct { const char *unit; double mul; } units[] = {
         {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
         {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0},
@@ -314,9 +314,10 @@ int st_parse_size(const char *s, uint64_t *out) {
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcasecmp(end, units[i].unit)) continue;
         double b = v * units[i].mul;
-        if (b < 1 || b >= 1.8e19) return -1;
+        if (b < 1 || b >= 1.8e19) goto bad;
         *out = (uint64_t)b;
-        return 0;
+        return SCK_OK;
     }
-    return -1;
+bad:
+    return sck_err(SCK_ERR_INVALID_ARG, "'%s' is not a size such as 5GB, 500MB or 2GiB", s);
 }

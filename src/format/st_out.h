@@ -8,9 +8,10 @@
 #ifndef SCK_ST_OUT_H
 #define SCK_ST_OUT_H
 
+#include "base/advanced.h"
 #include "format/safetensors.h"
 
-#define ST_HF_INDEX "model.safetensors.index.json"
+#define ST_HF_INDEX SCK_HF_INDEX_NAME
 /* transformers' default max_shard_size "5GB" (decimal, as its convert_file_size_to_int reads it) */
 #define ST_HF_DEFAULT_SHARD 5000000000ull
 
@@ -67,9 +68,7 @@ void st_out_abort(const st_layout *L);
  * Errors: SCK_ERR_NOMEM. */
 int st_index_json(const st_layout *L, sck_buf *out);
 
-/* Parses a size such as "5GB", "500MB", "1.5GiB", "4096" (bytes).  Decimal units (KB, MB, GB, TB)
- * are powers of 1000 and binary ones (KiB, MiB, GiB, TiB) powers of 1024, as transformers reads them.
- * Returns 0 and sets *out, or -1 when malformed, zero or too large. */
-int st_parse_size(const char *s, uint64_t *out);
+/* sck_parse_size (sizes such as "5GB" for max_shard) is the advanced tier's: include/shardckpt_advanced.h. */
+
 
 #endif
