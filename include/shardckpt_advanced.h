@@ -95,11 +95,11 @@ typedef struct sck_st_writer sck_st_writer;
  * sck_save_full would write them to `path`, with opts->format, opts->flags (SCK_SAVE_NO_FSYNC)
  * and opts->max_shard_bytes as there (opts may be NULL: one safetensors file, fsync on), then
  * creates the output files under their temporary names ("<name>.tmp"), each holding its header
- * and sized to its final length.  For the HF layout the directory is created if needed and an
- * old index is removed, so that the directory is never taken for a complete checkpoint until
- * sck_st_writer_commit writes the new one.  Nothing is renamed into place before the commit.
- * *out is owned by the caller (sck_st_writer_free), NULL on error; on error nothing is left
- * behind but an HF directory without an index.
+ * and sized to its final length.  For the HF layout the directory is created if needed; an old
+ * export in it (index and shards) is left whole: nothing is renamed into place or removed before
+ * sck_st_writer_commit, so a writer freed without a commit, or a crash before it, leaves the
+ * old export loadable.  *out is owned by the caller (sck_st_writer_free), NULL on error; on
+ * error nothing is left behind (but a directory it created).
  * Errors: SCK_ERR_INVALID_ARG (bad options or arguments, a dtype safetensors cannot name, a
  * duplicate or invalid name, a value "format" or "shardckpt.json_keys" that is not allowed, as in
  * sck_save_full), SCK_ERR_IO, SCK_ERR_NOMEM.
@@ -116,7 +116,9 @@ SCK_API int sck_st_writer_write(sck_st_writer *w, size_t i, uint64_t offset, con
 /** Finishes the output: fsyncs and closes the temporary files (unless SCK_SAVE_NO_FSYNC), renames
  *  them to their final names, and for the HF layout writes the index (atomically, the commit
  *  marker) and removes shards of an earlier save (model-*-of-*.safetensors) the new index does not
- *  name.  On error the temporary files are removed.  Either way the writer is then only freed.
+ *  name.  Replacing an HF export of another shard count, a crash leaves the old export or the new
+ *  one; of the same count (the new shards replace files the old index names), the old index is
+ *  removed just before the renames, so a crash during them leaves no index, never a mixed one.  On error the temporary files are removed.  Either way the writer is then only freed.
  *  Errors: SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_INVALID_ARG (already committed). */
 SCK_API int sck_st_writer_commit(sck_st_writer *w);
 

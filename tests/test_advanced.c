@@ -198,3 +198,61 @@ TEST(advanced_torch_save_file_read_without_running_it) {
     pt = (sck_pt *)1;
     CHECK(sck_pt_open(tjoin(dir, ".metadata"), &pt) != SCK_OK && pt == NULL);
 }
+
+/* 1 if the HF directory opens and its three 64-byte tensors hold d. */
+static int hf_holds(const char *dir, uint8_t d[3][64]) {
+    sck_ckpt *ck;
+    if (sck_ckpt_open(dir, &ck)) return 0;
+    int ok = sck_ckpt_count(ck) == 3;
+    uint8_t got[64];
+    for (size_t i = 0; i < 3 && ok; i++) {
+        sck_entry_info e;
+        ok = !sck_ckpt_entry(ck, i, &e) && !sck_ckpt_read_flat(ck, i, 0, 64 / sck_dtype_size(e.dtype), got) &&
+             !memcmp(got, d[i], 64);
+    }
+    sck_ckpt_close(ck);
+    return ok;
+}
+
+static int hf_export(const char *dir, uint8_t d[3][64], uint64_t max_shard, int commit) {
+    sck_st_tensor t[3] = {{"x.0", SCK_U8, 1, {64}}, {"x.1", SCK_U8, 2, {8, 8}}, {"x.2", SCK_I16, 1, {32}}};
+    sck_full_opts o = {SCK_FULL_HF_SHARDED, SCK_SAVE_NO_FSYNC, max_shard, {0}};
+    sck_st_writer *w = NULL;
+    int rc = sck_st_writer_open(dir, t, 3, NULL, &o, &w);
+    for (size_t i = 0; i < 3 && !rc; i++) rc = sck_st_writer_write(w, i, 0, d[i], 64);
+    if (!rc && commit) rc = sck_st_writer_commit(w);
+    sck_st_writer_free(w);
+    return rc;
+}
+
+TEST(advanced_st_writer_replacing_an_hf_export_keeps_the_old_one_until_the_commit) {
+    const char *dir = tjoin(th_tmpdir(), "hf");
+    uint8_t d1[3][64], d2[3][64], d3[3][64];
+    th_fill(d1, sizeof d1, 1);
+    th_fill(d2, sizeof d2, 2);
+    th_fill(d3, sizeof d3, 3);
+    REQUIRE_OK(hf_export(dir, d1, 100, 1)); /* three shards */
+    REQUIRE(hf_holds(dir, d1));
+    /* written but abandoned (a failed convert --force): the old export is untouched */
+    REQUIRE_OK(hf_export(dir, d2, 0, 0));
+    CHECK(hf_holds(dir, d1) && count_suffix(dir, ".tmp") == 0);
+    /* while the new files are written, the old index and shards stay whole */
+    sck_st_tensor t[3] = {{"x.0", SCK_U8, 1, {64}}, {"x.1", SCK_U8, 2, {8, 8}}, {"x.2", SCK_I16, 1, {32}}};
+    sck_full_opts o = {SCK_FULL_HF_SHARDED, SCK_SAVE_NO_FSYNC, 0, {0}};
+    sck_st_writer *w = NULL;
+    REQUIRE_OK(sck_st_writer_open(dir, t, 3, NULL, &o, &w));
+    for (size_t i = 0; i < 3; i++) CHECK_OK(sck_st_writer_write(w, i, 0, d2[i], 64));
+    CHECK(hf_holds(dir, d1));
+    CHECK_OK(sck_st_writer_commit(w));
+    sck_st_writer_free(w);
+    /* one shard now; the three of the old export are gone */
+    CHECK(hf_holds(dir, d2) && !exists(tjoin(dir, "model-00001-of-00003.safetensors")) &&
+          exists(tjoin(dir, "model-00001-of-00001.safetensors")));
+    /* the same shard count: the old export is whole until the commit too */
+    REQUIRE_OK(sck_st_writer_open(dir, t, 3, NULL, &o, &w));
+    for (size_t i = 0; i < 3; i++) CHECK_OK(sck_st_writer_write(w, i, 0, d3[i], 64));
+    CHECK(hf_holds(dir, d2));
+    CHECK_OK(sck_st_writer_commit(w));
+    sck_st_writer_free(w);
+    CHECK(hf_holds(dir, d3) && count_suffix(dir, ".tmp") == 0);
+}

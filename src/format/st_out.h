@@ -49,17 +49,18 @@ void st_layout_free(st_layout *L);
 /* Full path of file i, final (tmp = 0) or temporary (tmp = 1).  Errors: SCK_ERR_INVALID_ARG (too long). */
 int st_out_path(const st_layout *L, size_t i, int tmp, char *buf, size_t cap);
 
-/* Step 1 (one process): HF: creates the directory and removes an old index, so a crash before the
- * commit never leaves an index pointing at half-written shards.  Creates every temporary file,
- * writes its header and sizes it to its final length.  On error, removes what it created.
- * Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG. */
+/* Step 1 (one process): HF: creates the directory (an old index is left in place: the old export stays
+ * whole until step 3).  Creates every temporary file, writes its header and sizes it to its final length.
+ * On error, removes what it created.  Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG.  (do_fsync is unused.) */
 int st_out_begin(const st_layout *L, int do_fsync);
 /* Step 2 (any process, after step 1): open temporary file i for writing.  Errors: SCK_ERR_IO. */
 int st_out_open(const st_layout *L, size_t i, int *fd);
-/* Step 3 (one process, after every writer closed its files): fsyncs the temporary files, renames
- * them to their final names, writes the HF index (atomically; it is the commit marker) and removes
- * stale model-*-of-*.safetensors shards of an earlier save that the new index does not name.
- * On error, removes the temporary files.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
+/* Step 3 (one process, after every writer closed its files): fsyncs the temporary files; HF: when a
+ * new shard would replace a file of the same name (same shard count as the old export) removes the old
+ * index first, so no index ever names a mix; renames the files to their final names, writes the HF
+ * index (atomically; it is the commit marker, replacing an old one in one rename when the shard names
+ * differ) and removes stale model-*-of-*.safetensors shards of an earlier save that the new index does
+ * not name.  On error, removes the temporary files.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
 int st_out_commit(const st_layout *L, int do_fsync);
 /* Removes the temporary files (after a failure anywhere). */
 void st_out_abort(const st_layout *L);
