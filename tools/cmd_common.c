@@ -23,8 +23,11 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     return 2;
 }
 
+/* Room for a message naming a few paths; sck_err fits the whole into its 1 KiB as the library does. */
+#define CLI_MSG_MAX (3 * 4096)
+
 int cli_err_errno(int status, int errnum, const char *fmt, ...) {
-    char msg[1024];
+    char msg[CLI_MSG_MAX];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
@@ -33,7 +36,7 @@ int cli_err_errno(int status, int errnum, const char *fmt, ...) {
 }
 
 int cli_err_wrap(int status, const char *fmt, ...) {
-    char prefix[1024], prev[1100];
+    char prefix[CLI_MSG_MAX], prev[1100];
     snprintf(prev, sizeof prev, "%s", sck_last_error()); /* sck_err overwrites it */
     va_list ap;
     va_start(ap, fmt);
