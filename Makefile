@@ -37,9 +37,12 @@ $(BUILD)/obj/lib/%.o: src/%.c $(HDRS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) $(LIB_VIS) -c $< -o $@
 
+# The CLI is built like any program using the library: public headers only (include/, with the advanced tier),
+# no -Isrc, linked against the sealed archive.
+CPPFLAGS_CLI := -Iinclude -D_GNU_SOURCE
 $(BUILD)/obj/tools/%.o: tools/%.c $(HDRS)
 	@mkdir -p $(dir $@)
-	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -c $< -o $@
+	$(CC) $(CPPFLAGS_CLI) $(CFLAGS_ALL) -c $< -o $@
 
 $(BUILD)/obj/tests/%.o: tests/%.c $(HDRS)
 	@mkdir -p $(dir $@)
@@ -68,9 +71,9 @@ $(BUILD)/libshardckpt.so: $(BUILD)/libshardckpt.so.$(VERSION)
 	ln -sf libshardckpt.so.$(VERSION) $(BUILD)/libshardckpt.so.$(SOMAJOR)
 	ln -sf libshardckpt.so.$(VERSION) $@
 
-$(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt_internal.a
+$(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libshardckpt_internal.a $(LDFLAGS) $(LDLIBS_ALL)
+	$(CC) $(CFLAGS_ALL) -o $@ $(CLI_OBJ) $(BUILD)/libshardckpt.a $(LDFLAGS) $(LDLIBS_ALL)
 
 $(BUILD)/tests/run_tests: $(TEST_OBJ) $(BUILD)/libshardckpt_internal.a
 	@mkdir -p $(dir $@)

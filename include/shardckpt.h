@@ -695,8 +695,13 @@ typedef struct sck_full_opts {
  * rank writes its own boxes' bytes straight to their final offsets.  Extra
  * memory is the plan and the headers, never tensor data.  Files are written
  * under "<name>.tmp" and renamed once every rank has written and synced;
- * for the HF layout an old index is removed first and the new index, written
- * last, is the commit marker.  Shards of an earlier save that the new index
+ * for the HF layout the new index, written last, is the commit marker.  An
+ * old HF export stays whole (index and shards) until the renames: where the
+ * shard count changes the new shards get other names and the new index
+ * replaces the old one in one rename, so a crash leaves the old export or
+ * the new one; where it is the same, the old index is removed just before
+ * the first shard is replaced, so a crash during the renames leaves no index
+ * (never one naming a mix).  Shards of an earlier save that the new index
  * does not name (model-*-of-*.safetensors) are removed.
  *
  * Blobs and values go into the first file's `__metadata__` under their own
@@ -712,8 +717,10 @@ typedef struct sck_full_opts {
  * SCK_ERR_IO, SCK_ERR_NOMEM, SCK_ERR_COMM, SCK_ERR_PEER.  On error the
  * temporary files are removed and an existing single file is left as it was
  * (unless only the final fsync of its directory failed: the rename is atomic,
- * so the file is then the new, complete one); an HF directory is left without
- * an index, so it is never taken for a complete checkpoint.
+ * so the file is then the new, complete one); an HF directory keeps its old
+ * export when the error came before the renames, and is otherwise left
+ * without an index (so it is never taken for a complete checkpoint) or
+ * with the new one.
  */
 SCK_API int sck_save_full(sck_comm *comm, const char *path, const sck_state *st, const sck_full_opts *opts);
 

@@ -5,6 +5,9 @@ usage: python3 tests/check_layout.py BUILD       (BUILD: the build directory hol
 - every file under src/ starts with a comment "/* <its name> - <its one job>";
 - no source file over 800 lines in src/ and tools/ (900 in tests/, fuzz/, bench/, examples/);
 - #include "layer/x.h" in src/<layer>/ only names its own layer or one below it (LAYERS);
+- tools/ (the CLI) includes only the public headers (include/*.h, the advanced tier among them), its own
+  tools/*.h and system headers: it is built from the API any program gets, never from src/ (checked
+  against a bad example first, so that a rule that stopped matching fails);
 - between the library's object files, no call cycle and no call from a layer to one above it
   (read from `nm`: which file defines each symbol another file uses).
 Prints "ok   name" / "FAIL name" per check and "N passed, N failed".
@@ -70,6 +73,34 @@ def check_includes():
                 if m and m.group(1) not in LAYERS[layer]:
                     bad.append(f"{rel(f)}:{n}: {layer}/ includes {m.group(1)}/")
     return bad
+
+
+def tools_include_problems(files):
+    """files: (name, text) pairs of tools/ sources; returns one line per quoted include that is not a
+    public header (include/*.h) or a tools/*.h of its own."""
+    public = {os.path.basename(h) for h in glob.glob(os.path.join(REPO, "include", "*.h"))}
+    own = {os.path.basename(h) for h in glob.glob(os.path.join(REPO, "tools", "*.h"))}
+    bad = []
+    for name, text in files:
+        for n, line in enumerate(text.splitlines(), 1):
+            m = re.match(r'\s*#\s*include\s*"([^"]+)"', line)
+            if m and m.group(1) not in public | own:
+                bad.append(f"{name}:{n}: includes \"{m.group(1)}\" (tools/ may include only include/*.h, tools/*.h "
+                           "and system headers)")
+    return bad
+
+
+def check_tools_includes():
+    example = [("example.c", '#include <stdio.h>\n#include "shardckpt.h"\n#include "base/util.h"\n'
+                             '#include "cli.h"\n#  include "format/st_out.h"\n')]
+    caught = tools_include_problems(example)
+    if [b.split(":")[1] for b in caught] != ["3", "5"]:
+        return [f"self-check: the bad example's includes of src/ headers were not both caught ({caught})"]
+    files = []
+    for f in sorted(glob.glob(os.path.join(REPO, "tools", "*.[ch]"))):
+        with open(f) as fh:
+            files.append((rel(f), fh.read()))
+    return tools_include_problems(files)
 
 
 def call_graph(build):
@@ -147,6 +178,7 @@ def main():
     checks = [("every src/ file says its job in a top comment", check_top_comments),
               ("no source file over 800 lines (900 in tests)", check_sizes),
               ("src/<layer>/ includes only its own and lower layers", check_includes),
+              ("tools/ includes only public headers, its own and system ones", check_tools_includes),
               ("no call cycle between library files, no call to a higher layer", lambda: check_calls(build))]
     passed = failed = 0
     for name, fn in checks:

@@ -789,16 +789,16 @@ TEST(full_layout_shards_greedily_in_order) {
 
 TEST(full_parse_size_units) {
     uint64_t v;
-    CHECK(st_parse_size("5GB", &v) == 0 && v == 5000000000ull);
-    CHECK(st_parse_size("5gb", &v) == 0 && v == 5000000000ull);
-    CHECK(st_parse_size("1.5GiB", &v) == 0 && v == 1610612736ull);
-    CHECK(st_parse_size("500MB", &v) == 0 && v == 500000000ull);
-    CHECK(st_parse_size("64KiB", &v) == 0 && v == 65536);
-    CHECK(st_parse_size("4096", &v) == 0 && v == 4096);
-    CHECK(st_parse_size("10M", &v) == 0 && v == 10000000);
-    CHECK(st_parse_size("0", &v) == -1);
-    CHECK(st_parse_size("-5GB", &v) == -1);
-    CHECK(st_parse_size("5XB", &v) == -1);
-    CHECK(st_parse_size("", &v) == -1);
-    CHECK(st_parse_size("1e30", &v) == -1);
+    CHECK(sck_parse_size("5GB", &v) == 0 && v == 5000000000ull);
+    CHECK(sck_parse_size("5gb", &v) == 0 && v == 5000000000ull);
+    CHECK(sck_parse_size("1.5GiB", &v) == 0 && v == 1610612736ull);
+    CHECK(sck_parse_size("500MB", &v) == 0 && v == 500000000ull);
+    CHECK(sck_parse_size("64KiB", &v) == 0 && v == 65536);
+    CHECK(sck_parse_size("4096", &v) == 0 && v == 4096);
+    CHECK(sck_parse_size("10M", &v) == 0 && v == 10000000);
+    CHECK(sck_parse_size("0", &v) == -1);
+    CHECK(sck_parse_size("-5GB", &v) == -1);
+    CHECK(sck_parse_size("5XB", &v) == -1);
+    CHECK(sck_parse_size("", &v) == -1);
+    CHECK(sck_parse_size("1e30", &v) == -1);
 }

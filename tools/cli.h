@@ -7,7 +7,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+/* The CLI is built from the public API only: shardckpt.h and the advanced tier (docs/DESIGN.md). */
+#define SCK_ADVANCED_API
 #include "shardckpt.h"
+#include "shardckpt_advanced.h"
 
 int cmd_inspect(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
@@ -18,6 +21,12 @@ int cmd_verify(int argc, char **argv);   /* tools/cmd_verify.c */
 int cli_fail(void);
 /* Prints "shardckpt: <cmd>: <message>" and "Try 'shardckpt <cmd> --help'." to stderr; returns 2. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* sck_err with ": <strerror(errnum)>" after the message (what the library's I/O errors look like). */
+int cli_err_errno(int status, int errnum, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Puts "<prefix>: " before the last error's message and returns status. */
+int cli_err_wrap(int status, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Writes `s` as a JSON string (escaped as sck_value_to_json escapes it).  Returns 0, or SCK_ERR_NOMEM. */
+int cli_json_string(FILE *f, const char *s);
 /* 1 if any argument is --help or -h. */
 int cli_wants_help(int argc, char **argv);
 
@@ -61,9 +70,5 @@ int cli_src_value(cli_src *s, const cli_entry *e, sck_value **out);
  * ("(1000 items, 8.1 KiB as JSON)"; a pickled object: "set (raw pickle, 120 B)").  Returns 1 if text is the value itself, 0 if a summary. */
 #define CLI_INLINE_MAX 60
 int cli_value_text(const sck_value *v, char *type, size_t tcap, char *text, size_t cap);
-
-/* Reads elements [begin, begin+count) of tensor entry i, in row-major order, into buf
- * (count * element size bytes).  Errors as sck_ckpt_read_box. */
-int cli_read_flat(sck_ckpt *ck, size_t i, const sck_entry_info *e, uint64_t begin, uint64_t count, void *buf);
 
 #endif

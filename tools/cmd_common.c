@@ -6,10 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/box.h"
 #include "cli.h"
-#include "format/torch_item.h"
-#include "format/safetensors.h"
 
 int cli_fail(void) {
     fprintf(stderr, "shardckpt: error: %s\n", sck_last_error());
@@ -24,6 +21,37 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) {
     va_end(ap);
     fprintf(stderr, "\nTry 'shardckpt %s --help'.\n", cmd);
     return 2;
+}
+
+/* Room for a message naming a few paths; sck_err fits the whole into its 1 KiB as the library does. */
+#define CLI_MSG_MAX (3 * 4096)
+
+int cli_err_errno(int status, int errnum, const char *fmt, ...) {
+    char msg[CLI_MSG_MAX];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return sck_err(status, "%s: %s", msg, strerror(errnum));
+}
+
+int cli_err_wrap(int status, const char *fmt, ...) {
+    char prefix[CLI_MSG_MAX], prev[1100];
+    snprintf(prev, sizeof prev, "%s", sck_last_error()); /* sck_err overwrites it */
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(prefix, sizeof prefix, fmt, ap);
+    va_end(ap);
+    return sck_err(status, "%s: %s", prefix, prev);
+}
+
+int cli_json_string(FILE *f, const char *s) {
+    sck_value *v = sck_value_string(s);
+    char *js = v ? sck_value_to_json(v) : NULL;
+    int rc = js && fputs(js, f) >= 0 ? SCK_OK : SCK_ERR_NOMEM;
+    free(js);
+    sck_value_free(v);
+    return rc;
 }
 
 int cli_wants_help(int argc, char **argv) {
@@ -65,7 +93,7 @@ int cli_src_open(cli_src *s, const char *path) {
         s->format = stat(p, &sb) == 0 ? "dcp" : "hf";
     }
     int rc = sck_ckpt_open(path, &s->ck);
-    if (!rc && strcmp(s->format, "dcp")) rc = st_read_values(path, &s->values);
+    if (!rc && strcmp(s->format, "dcp")) rc = sck_safetensors_values(path, &s->values);
     size_t nck = rc ? 0 : sck_ckpt_count(s->ck), nv = sck_value_len(s->values);
     if (!rc && !(s->e = calloc(nck + nv + 1, sizeof *s->e))) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
     const char **files = rc ? NULL : calloc(nck + 1, sizeof *files);
@@ -137,20 +165,6 @@ int cli_src_value(cli_src *s, const cli_entry *e, sck_value **out) {
     return rc;
 }
 
-int cli_read_flat(sck_ckpt *ck, size_t i, const sck_entry_info *e, uint64_t begin, uint64_t count, void *buf) {
-    sck_box boxes[2 * SCK_MAX_DIMS];
-    int nb = box_from_flat(e->ndim, e->shape, (int64_t)begin, (int64_t)count, boxes);
-    if (nb < 0) return sck_err(SCK_ERR_INVALID_ARG, "'%s': elements [%llu, +%llu) are outside the tensor", e->key,
-                               (unsigned long long)begin, (unsigned long long)count);
-    uint8_t *p = buf;
-    for (int k = 0; k < nb; k++) {
-        int rc = sck_ckpt_read_box(ck, i, boxes[k].off, boxes[k].size, p);
-        if (rc) return rc;
-        p += box_numel(&boxes[k]) * sck_dtype_size(e->dtype);
-    }
-    return SCK_OK;
-}
-
 int cli_value_text(const sck_value *v, char *type, size_t tcap, char *text, size_t cap) {
     static const char *const names[] = {"None", "bool", "int", "float", "str", "bytes", "list", "dict", "tuple", "int", "pickle"};
     sck_value_kind k = sck_value_kind_of(v);
@@ -159,7 +173,7 @@ int cli_value_text(const sck_value *v, char *type, size_t tcap, char *text, size
     char h[32];
     if (k == SCK_VAL_PICKLE) {
         char what[200];
-        ti_describe_pickle(s, n, what, sizeof what);
+        sck_value_describe_pickle(v, what, sizeof what);
         cli_human(n, h, sizeof h);
         snprintf(type, tcap, "%s", what);
         snprintf(text, cap, "%s (raw pickle, %s)", what, h);

@@ -4,7 +4,7 @@
  *   - ranks: N thread-ranks each load a dim-0 slice of every tensor (in batches, for progress) and
  *     save collectively with sck_save (DCP) or sck_save_full (safetensors, HF).  Holds the model.
  *   - stream (safetensors / HF without --ranks): one tensor block at a time, read from SRC and
- *     written in place into the output laid out by st_out; peak memory one 64 MiB block. */
+ *     written in place into the output laid out by sck_st_writer; peak memory one 64 MiB block. */
 #include <errno.h>
 #include <limits.h>
 #include <stdlib.h>
@@ -13,13 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "base/box.h"
-#include "base/key_select.h"
 #include "cli.h"
 #include "progress.h"
-#include "format/st_meta.h"
-#include "format/st_out.h"
-#include "io/storage.h"
 
 #define STREAM_BLOCK (64u << 20)
 #define LOAD_BATCH (256u << 20)   /* tensor bytes per sck_load call in the ranks engine */
@@ -102,10 +97,22 @@ static int read_values(conv *c) {
 
 /* ---- the ranks engine ---- */
 
+typedef struct rank_box {
+    int ndim;
+    int64_t off[SCK_MAX_DIMS];
+    int64_t size[SCK_MAX_DIMS];
+} rank_box;
+
 typedef struct rank_buf {
     void *data;
-    sck_box box;
+    rank_box box;
 } rank_buf;
+
+static uint64_t box_numel(const rank_box *b) {
+    uint64_t n = 1;
+    for (int d = 0; d < b->ndim; d++) n *= (uint64_t)b->size[d];
+    return n;
+}
 
 /* Adds rank buffer rb of entry e to st under `key` (its name in SRC to load, in DST to save). */
 static int add_tensor(sck_state *st, const char *key, const cli_entry *e, const rank_buf *rb) {
@@ -125,7 +132,7 @@ static int conv_rank(sck_comm *comm, void *arg) {
         const cli_entry *e = &c->src.e[i];
         if (e->kind != CLI_TENSOR || !c->name[i]) continue;
         /* torch.chunk along dim 0: ceil(d0 / size) rows per rank; trailing ranks may get none */
-        sck_box *b = &rb[i].box;
+        rank_box *b = &rb[i].box;
         b->ndim = e->info.ndim;
         memcpy(b->size, e->info.shape, sizeof b->size);
         if (b->ndim > 0) {
@@ -197,58 +204,38 @@ static int conv_rank(sck_comm *comm, void *arg) {
 
 static int stream_full(conv *c) {
     size_t n = c->src.n, nt = 0;
-    st_tensor *t = calloc(n ? n : 1, sizeof *t);
+    sck_st_tensor *t = calloc(n ? n : 1, sizeof *t);
     size_t *src_of = calloc(n ? n : 1, sizeof *src_of);
-    sck_value *md = NULL;
     uint8_t *buf = NULL;
-    int *fds = NULL;
-    st_layout L;
-    memset(&L, 0, sizeof L);
+    sck_st_writer *w = NULL;
     int rc = t && src_of ? SCK_OK : sck_err(SCK_ERR_NOMEM, "out of memory");
     for (size_t i = 0; i < n && !rc; i++) {
         const cli_entry *e = &c->src.e[i];
         if (e->kind != CLI_TENSOR || !c->name[i]) continue;
-        t[nt].name = (char *)c->name[i];
+        t[nt].name = c->name[i];
         t[nt].dtype = e->info.dtype;
         t[nt].ndim = e->info.ndim;
         memcpy(t[nt].shape, e->info.shape, sizeof t[nt].shape);
         src_of[nt++] = i;
     }
-    /* Non-tensor entries travel in __metadata__: strings as they are, other values as JSON text. */
-    if (!rc) rc = st_meta_from_values(c->values, &md);
-    if (!rc) rc = st_layout_build(t, nt, md, c->to == TO_HF, c->max_shard, c->dst, &L);
+    sck_full_opts fo = {c->to == TO_HF ? SCK_FULL_HF_SHARDED : SCK_FULL_SAFETENSORS, c->do_fsync ? 0 : SCK_SAVE_NO_FSYNC,
+                        c->max_shard, {0}};
     if (!rc && !(buf = malloc(STREAM_BLOCK))) rc = sck_err(SCK_ERR_NOMEM, "out of memory for a %u-byte block", STREAM_BLOCK);
-    if (!rc && !(fds = malloc((L.nfiles ? L.nfiles : 1) * sizeof *fds))) rc = sck_err(SCK_ERR_NOMEM, "out of memory");
-    for (size_t f = 0; fds && f < L.nfiles; f++) fds[f] = -1;
-    int began = 0;
-    if (!rc) began = !(rc = st_out_begin(&L, c->do_fsync));
-    char path[4096];
+    if (!rc) rc = sck_st_writer_open(c->dst, t, nt, c->values, &fo, &w);
     for (size_t k = 0; k < nt && !rc; k++) {
         const cli_entry *e = &c->src.e[src_of[k]];
-        uint32_t fi = L.file_of[k];
-        if ((rc = st_out_path(&L, fi, 1, path, sizeof path))) break;
-        if (fds[fi] < 0 && (rc = st_out_open(&L, fi, &fds[fi]))) break;
         size_t el = sck_dtype_size(e->info.dtype);
-        uint64_t numel = L.nbytes[k] / el, per = STREAM_BLOCK / el;
+        uint64_t numel = e->info.nbytes / el, per = STREAM_BLOCK / el;
         for (uint64_t at = 0; at < numel && !rc; at += per) {
             uint64_t cnt = numel - at < per ? numel - at : per;
-            rc = cli_read_flat(c->src.ck, e->index, &e->info, at, cnt, buf);
-            if (!rc) rc = sck_pwrite_full(fds[fi], buf, cnt * el, L.data_off[k] + at * el, path);
+            rc = sck_ckpt_read_flat(c->src.ck, e->index, at, cnt, buf);
+            if (!rc) rc = sck_st_writer_write(w, k, at * el, buf, cnt * el);
             progress_add(c->pg, cnt * el);
         }
     }
-    for (size_t f = 0; fds && f < L.nfiles; f++) {
-        if (fds[f] < 0) continue;
-        st_out_path(&L, f, 1, path, sizeof path);
-        if (!rc && c->do_fsync && fsync(fds[f]) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: fsync failed", path);
-        if (close(fds[f]) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", path);
-    }
-    if (!rc) rc = st_out_commit(&L, c->do_fsync);
-    else if (began) st_out_abort(&L);
-    free(fds);
+    if (!rc) rc = sck_st_writer_commit(w);
+    sck_st_writer_free(w);
     free(buf);
-    st_layout_free(&L);
-    sck_value_free(md);
     free(src_of);
     free(t);
     return rc;
@@ -268,7 +255,7 @@ static int dir_has(const char *dir, const char *name) {
 /* 1 if dir holds no entry, 0 if it holds one, or an error. */
 static int dir_is_empty(const char *dir) {
     DIR *d = opendir(dir);
-    if (!d) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot open the output directory", dir);
+    if (!d) return cli_err_errno(SCK_ERR_IO, errno, "%s: cannot open the output directory", dir);
     struct dirent *de;
     int empty = 1;
     while (empty && (de = readdir(d)))
@@ -282,11 +269,11 @@ static int dir_is_empty(const char *dir) {
 static int check_dst(const char *dst, int to, const char *to_name, int force) {
     struct stat sb;
     if (stat(dst, &sb) != 0)
-        return errno == ENOENT ? SCK_OK : sck_err_errno(SCK_ERR_IO, errno, "%s: cannot stat the output", dst);
+        return errno == ENOENT ? SCK_OK : cli_err_errno(SCK_ERR_IO, errno, "%s: cannot stat the output", dst);
     int is_dir = S_ISDIR(sb.st_mode), empty = is_dir ? dir_is_empty(dst) : 0;
     if (empty < 0) return empty;
     if (empty) return SCK_OK;
-    int dcp = is_dir && dir_has(dst, ".metadata"), hf = is_dir && dir_has(dst, ST_HF_INDEX);
+    int dcp = is_dir && dir_has(dst, ".metadata"), hf = is_dir && dir_has(dst, SCK_HF_INDEX_NAME);
     const char *have = dcp ? "a DCP checkpoint" : hf ? "a Hugging Face directory" : is_dir ? "a directory"
                        : S_ISREG(sb.st_mode) ? "a file" : "not a regular file";
     if (!force) return sck_err(SCK_ERR_INVALID_ARG, "%s: the output already exists (%s); pass --force to replace it", dst, have);
@@ -355,7 +342,7 @@ static int convert_main(int argc, char **argv, const char **inc, const char **ex
     else if (!strcmp(to, "hf")) c.to = TO_HF;
     else return cli_usage_error("convert", "--to must be dcp, fabric, safetensors or hf, not '%s'", to);
     if (shard && c.to != TO_HF) return cli_usage_error("convert", "--max-shard-size only applies to --to hf");
-    if (shard && st_parse_size(shard, &c.max_shard))
+    if (shard && sck_parse_size(shard, &c.max_shard) != SCK_OK)
         return cli_usage_error("convert", "--max-shard-size wants a size such as 5GB, 500MB or 2GiB, not '%s'", shard);
     int selects = ks->ninclude || ks->nexclude || ks->strip_prefix;
     if (selects && c.to != TO_ST && c.to != TO_HF)

@@ -8,7 +8,6 @@
 
 #include "cli.h"
 #include "elem_value.h"
-#include "base/util.h"
 #include "progress.h"
 
 #define BLOCK_BYTES (16u << 20)
@@ -85,9 +84,9 @@ static int compare_tensor(cli_src *a, const cli_entry *ea, cli_src *b, const cli
     for (int d = 0; d < e->ndim; d++) numel *= (uint64_t)e->shape[d];
     for (uint64_t at = 0; at < numel; at += per) {
         uint64_t cnt = numel - at < per ? numel - at : per;
-        int rc = cli_read_flat(a->ck, ea->index, e, at, cnt, ba);
-        if (rc) return sck_err_wrap(rc, "%s", a->path);
-        if ((rc = cli_read_flat(b->ck, eb->index, &eb->info, at, cnt, bb))) return sck_err_wrap(rc, "%s", b->path);
+        int rc = sck_ckpt_read_flat(a->ck, ea->index, at, cnt, ba);
+        if (rc) return cli_err_wrap(rc, "%s", a->path);
+        if ((rc = sck_ckpt_read_flat(b->ck, eb->index, at, cnt, bb))) return cli_err_wrap(rc, "%s", b->path);
         compare_block(e->dtype, ba, bb, cnt, atol, s);
         progress_add(pg, cnt * el);
     }

@@ -3,12 +3,11 @@
  * entry; --json: the schema in docs/CLI.md, for scripts. */
 #include <ctype.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "cli.h"
-#include "base/json.h"
-#include "format/torch_save.h"
 
 static const char *const USAGE =
     "usage: shardckpt inspect PATH [--json | --flat] [--depth N]\n"
@@ -84,83 +83,97 @@ static int print_flat(cli_src *s) {
 
 /* ---- --json ---- */
 
+/* fprintf for the JSON in memory: 0 or SCK_ERR_NOMEM, for `rc |=`. */
+static int jp(FILE *f, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int jp(FILE *f, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    int k = vfprintf(f, fmt, ap);
+    va_end(ap);
+    return k < 0 ? SCK_ERR_NOMEM : SCK_OK;
+}
+
 static int print_json(cli_src *s) {
-    sck_buf b;
-    sck_buf_init(&b);
+    char *mem = NULL;
+    size_t memlen = 0;
+    FILE *b = open_memstream(&mem, &memlen); /* the whole document, printed only once complete */
+    if (!b) return sck_err(SCK_ERR_NOMEM, "out of memory"), cli_fail();
     uint64_t total = 0;
-    int rc = sck_buf_printf(&b, "{\"schema\":\"shardckpt.inspect/1\",\"path\":");
-    rc |= sck_json_put_string(&b, s->path, strlen(s->path));
-    rc |= sck_buf_printf(&b, ",\"format\":\"%s\",\"entries\":[", s->format);
+    int rc = jp(b, "{\"schema\":\"shardckpt.inspect/1\",\"path\":");
+    rc |= cli_json_string(b, s->path);
+    rc |= jp(b, ",\"format\":\"%s\",\"entries\":[", s->format);
     for (size_t i = 0; i < s->n && !rc; i++) {
         const cli_entry *e = &s->e[i];
         uint64_t nb = entry_bytes(e);
         total += nb;
-        rc |= sck_buf_printf(&b, "%s{\"key\":", i ? "," : "");
-        rc |= sck_json_put_string(&b, e->key, strlen(e->key));
-        rc |= sck_buf_printf(&b, ",\"kind\":\"%s\",\"nbytes\":%" PRIu64, kind_name(e->kind), nb);
+        rc |= jp(b, "%s{\"key\":", i ? "," : "");
+        rc |= cli_json_string(b, e->key);
+        rc |= jp(b, ",\"kind\":\"%s\",\"nbytes\":%" PRIu64, kind_name(e->kind), nb);
         if (e->kind != CLI_TENSOR) {
             sck_value *owned = NULL;
             const sck_value *v = e->value;
             if (e->kind == CLI_BYTES) {
                 if (cli_src_value(s, e, &owned)) {
-                    sck_buf_free(&b);
+                    fclose(b);
+                    free(mem);
                     return cli_fail();
                 }
                 v = owned;
             }
             char type[160], text[200];
             cli_value_text(v, type, sizeof type, text, sizeof text);
-            rc |= sck_buf_printf(&b, ",\"type\":");
-            rc |= sck_json_put_string(&b, type, strlen(type));
+            rc |= jp(b, ",\"type\":");
+            rc |= cli_json_string(b, type);
             if (sck_value_kind_of(v) != SCK_VAL_PICKLE) {   /* a pickled object has no JSON form but its hex */
                 char *js = sck_value_to_json(v);
-                rc |= js ? sck_buf_printf(&b, ",\"value\":%s", js) : SCK_ERR_NOMEM;
+                rc |= js ? jp(b, ",\"value\":%s", js) : SCK_ERR_NOMEM;
                 free(js);
             }
             sck_value_free(owned);
             if (e->kind == CLI_VALUE) {
-                rc |= sck_buf_printf(&b, "}");
+                rc |= jp(b, "}");
                 continue;
             }
         }
         sck_value *path = NULL; /* where the entry sits in the nested state dict */
         if (!rc && (rc = sck_ckpt_entry_path(s->ck, e->index, &path)) == SCK_OK) {
             char *js = sck_value_to_json(path);
-            rc |= js ? sck_buf_printf(&b, ",\"path\":%s", js) : SCK_ERR_NOMEM;
+            rc |= js ? jp(b, ",\"path\":%s", js) : SCK_ERR_NOMEM;
             free(js);
         }
         sck_value_free(path);
         if (e->kind == CLI_TENSOR) {
-            rc |= sck_buf_printf(&b, ",\"dtype\":\"%s\",\"shape\":[", sck_dtype_name(e->info.dtype));
-            for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, e->info.shape[d]);
-            rc |= sck_buf_printf(&b, "]");
+            rc |= jp(b, ",\"dtype\":\"%s\",\"shape\":[", sck_dtype_name(e->info.dtype));
+            for (int d = 0; d < e->info.ndim; d++) rc |= jp(b, d ? ",%" PRId64 : "%" PRId64, e->info.shape[d]);
+            rc |= jp(b, "]");
         }
-        rc |= sck_buf_printf(&b, ",\"chunks\":[");
+        rc |= jp(b, ",\"chunks\":[");
         for (size_t c = 0; c < e->info.nchunks && !rc; c++) {
             sck_chunk_info ci;
             if ((rc = sck_ckpt_chunk(s->ck, e->index, c, &ci))) break;
-            rc |= sck_buf_printf(&b, "%s{", c ? "," : "");
+            rc |= jp(b, "%s{", c ? "," : "");
             if (e->kind == CLI_TENSOR) {
-                rc |= sck_buf_printf(&b, "\"offsets\":[");
-                for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, ci.offsets[d]);
-                rc |= sck_buf_printf(&b, "],\"sizes\":[");
-                for (int d = 0; d < e->info.ndim; d++) rc |= sck_buf_printf(&b, d ? ",%" PRId64 : "%" PRId64, ci.sizes[d]);
-                rc |= sck_buf_printf(&b, "],");
+                rc |= jp(b, "\"offsets\":[");
+                for (int d = 0; d < e->info.ndim; d++) rc |= jp(b, d ? ",%" PRId64 : "%" PRId64, ci.offsets[d]);
+                rc |= jp(b, "],\"sizes\":[");
+                for (int d = 0; d < e->info.ndim; d++) rc |= jp(b, d ? ",%" PRId64 : "%" PRId64, ci.sizes[d]);
+                rc |= jp(b, "],");
             }
-            rc |= sck_buf_printf(&b, "\"file\":");
-            rc |= sck_json_put_string(&b, ci.file, strlen(ci.file));
-            rc |= sck_buf_printf(&b, ",\"offset\":%" PRIu64 ",\"length\":%" PRIu64 "}", ci.offset, ci.length);
+            rc |= jp(b, "\"file\":");
+            rc |= cli_json_string(b, ci.file);
+            rc |= jp(b, ",\"offset\":%" PRIu64 ",\"length\":%" PRIu64 "}", ci.offset, ci.length);
         }
-        rc |= sck_buf_printf(&b, "]}");
+        rc |= jp(b, "]}");
     }
-    rc |= sck_buf_printf(&b, "],\"total_bytes\":%" PRIu64 ",\"files\":%zu}\n", total, s->nfiles);
+    rc |= jp(b, "],\"total_bytes\":%" PRIu64 ",\"files\":%zu}\n", total, s->nfiles);
+    if (fclose(b) != 0) rc = SCK_ERR_NOMEM;
     if (rc) {
-        sck_buf_free(&b);
+        free(mem);
         sck_err(SCK_ERR_NOMEM, "out of memory");
         return cli_fail();
     }
-    fwrite(b.data, 1, b.len, stdout);
-    sck_buf_free(&b);
+    fwrite(mem, 1, memlen, stdout);
+    free(mem);
     return 0;
 }
 
@@ -335,42 +348,33 @@ static int print_tree(cli_src *s, int depth) {
 }
 
 /* A torch.save file: what it is, then each tensor and value by key path (its pickle is never run). */
-static uint64_t pt_bytes(const ti_tensor *t) {
-    uint64_t n = sck_dtype_size(t->dtype);
-    for (int d = 0; d < t->ndim; d++) n *= (uint64_t)t->size[d];
-    return n;
-}
-
 static int print_pt(const char *path) {
-    sck_pt pt;
-    int rc = sck_pt_open(path, &pt);
-    if (rc) {
-        sck_pt_free(&pt);
-        return cli_fail();
-    }
+    sck_pt *pt;
+    if (sck_pt_open(path, &pt)) return cli_fail();
     uint64_t total = 0;
-    size_t nt = 0;
-    for (size_t i = 0; i < pt.n; i++) {
-        if (!pt.e[i].is_tensor) continue;
+    size_t nt = 0, n = sck_pt_count(pt);
+    sck_pt_info e;
+    for (size_t i = 0; i < n; i++) {
+        sck_pt_entry(pt, i, &e);
+        if (!e.is_tensor) continue;
         nt++;
-        total += pt_bytes(&pt.e[i].t);
+        total += e.nbytes;
     }
     char hb[32], shape[256];
     cli_human(total, hb, sizeof hb);
-    printf("%s: torch.save archive (%s/), %zu tensors (%s), %zu values\n", path, pt.prefix, nt, hb, pt.n - nt);
-    for (size_t i = 0; i < pt.n; i++) {
-        const sck_pt_entry *e = &pt.e[i];
-        if (!e->is_tensor) {
-            printf("  %s = %s  (%s)\n", e->key[0] ? e->key : "(root)", e->text, e->type);
+    printf("%s: torch.save archive (%s/), %zu tensors (%s), %zu values\n", path, sck_pt_prefix(pt), nt, hb, n - nt);
+    for (size_t i = 0; i < n; i++) {
+        sck_pt_entry(pt, i, &e);
+        if (!e.is_tensor) {
+            printf("  %s = %s  (%s)\n", e.key[0] ? e.key : "(root)", e.text, e.type);
             continue;
         }
-        uint64_t bytes = pt_bytes(&e->t);
-        cli_shape(e->t.ndim, e->t.size, shape, sizeof shape);
-        cli_human(bytes, hb, sizeof hb);
-        printf("  %s  %s %s  %s  (storage data/%s, offset %lld)\n", e->key[0] ? e->key : "(root)",
-               sck_dtype_name(e->t.dtype), shape, hb, e->t.storage_key, (long long)e->t.storage_offset);
+        cli_shape(e.ndim, e.shape, shape, sizeof shape);
+        cli_human(e.nbytes, hb, sizeof hb);
+        printf("  %s  %s %s  %s  (storage data/%s, offset %lld)\n", e.key[0] ? e.key : "(root)", sck_dtype_name(e.dtype), shape,
+               hb, e.storage, (long long)e.storage_offset);
     }
-    sck_pt_free(&pt);
+    sck_pt_close(pt);
     return 0;
 }
 
@@ -393,7 +397,7 @@ int cmd_inspect(int argc, char **argv) {
     }
     if (!path) return cli_usage_error("inspect", "missing PATH");
     if (json && flat) return cli_usage_error("inspect", "--json and --flat exclude each other");
-    if (sck_pt_looks_like(path)) {
+    if (sck_pt_probe(path)) {
         if (json || flat) return cli_usage_error("inspect", "--json and --flat are for checkpoints, not a torch.save file");
         return print_pt(path);
     }

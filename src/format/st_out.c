@@ -152,13 +152,9 @@ void st_out_abort(const st_layout *L) {
 int st_out_begin(const st_layout *L, int do_fsync) {
     char p[4096];
     int rc = SCK_OK;
-    if (L->hf) {
-        if ((rc = ensure_dir(L->path))) return rc;
-        int k = snprintf(p, sizeof p, "%s/%s", L->path, ST_HF_INDEX);
-        if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", L->path);
-        if (io_unlink(p) != 0 && errno != ENOENT) return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove the old index", p);
-        if (do_fsync && (rc = fsync_dir(L->path))) return rc;
-    }
+    /* An old HF index stays until st_out_commit: while the new files are written the old export is whole. */
+    (void)do_fsync;
+    if (L->hf && (rc = ensure_dir(L->path))) return rc;
     for (size_t i = 0; i < L->nfiles && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, p, sizeof p))) break;
         int fd = io_open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -259,6 +255,29 @@ static int write_index(const char *dir, const sck_buf *idx, int do_fsync) {
     return do_fsync ? fsync_dir(dir) : SCK_OK;
 }
 
+/* A new shard about to replace a file of the same name (the old export's shard, when the shard count is
+ * unchanged) would leave the old index naming a mix of old and new shards: the old index goes first, so
+ * that a crash during the renames leaves no index rather than a wrong one.  Shards of another count get
+ * other names; then the old index stays whole until the new one replaces it in one rename. */
+static int drop_index_if_overwriting(const st_layout *L, int do_fsync) {
+    char p[4096];
+    struct stat sb;
+    int overwrites = 0;
+    for (size_t i = 0; i < L->nfiles && !overwrites; i++) {
+        int rc = st_out_path(L, i, 0, p, sizeof p);
+        if (rc) return rc;
+        overwrites = io_lstat(p, &sb) == 0;
+    }
+    if (!overwrites) return SCK_OK;
+    int k = snprintf(p, sizeof p, "%s/%s", L->path, ST_HF_INDEX);
+    if (k < 0 || (size_t)k >= sizeof p) return sck_err(SCK_ERR_INVALID_ARG, "%s: path too long", L->path);
+    if (io_unlink(p) != 0) {
+        if (errno == ENOENT) return SCK_OK;
+        return sck_err_errno(SCK_ERR_IO, errno, "%s: cannot remove the old index", p);
+    }
+    return do_fsync ? fsync_dir(L->path) : SCK_OK;
+}
+
 int st_out_commit(const st_layout *L, int do_fsync) {
     char tmp[4096], dst[4096];
     int rc = SCK_OK;
@@ -271,6 +290,7 @@ int st_out_commit(const st_layout *L, int do_fsync) {
             if (io_close(fd, tmp) != 0 && !rc) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: close failed", tmp);
         }
     }
+    if (!rc && L->hf) rc = drop_index_if_overwriting(L, do_fsync);
     for (size_t i = 0; i < L->nfiles && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, tmp, sizeof tmp)) || (rc = st_out_path(L, i, 0, dst, sizeof dst))) break;
         if (io_rename(tmp, dst) != 0) rc = sck_err_errno(SCK_ERR_IO, errno, "%s: cannot rename to %s", tmp, dst);
@@ -300,12 +320,12 @@ int st_out_commit(const st_layout *L, int do_fsync) {
     return rc;
 }
 
-int st_parse_size(const char *s, uint64_t *out) {
-    if (!s || !*s) return -1;
+int sck_parse_size(const char *s, uint64_t *out) {
+    if (!s || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_parse_size: NULL argument");
     char *end;
     errno = 0;
-    double v = strtod(s, &end);
-    if (errno || end == s || !(v > 0) || !isfinite(v)) return -1;
+    double v = *s ? strtod(s, &end) : 0;
+    if (!*s || errno || end == s || !(v > 0) || !isfinite(v)) goto bad;
     static const struct { const char *unit; double mul; } units[] = {
         {"", 1}, {"B", 1}, {"KB", 1e3}, {"MB", 1e6}, {"GB", 1e9}, {"TB", 1e12},
         {"KIB", 1024.0}, {"MIB", 1048576.0}, {"GIB", 1073741824.0}, {"TIB", 1099511627776.0},
@@ -314,9 +334,10 @@ int st_parse_size(const char *s, uint64_t *out) {
     for (size_t i = 0; i < sizeof units / sizeof units[0]; i++) {
         if (strcasecmp(end, units[i].unit)) continue;
         double b = v * units[i].mul;
-        if (b < 1 || b >= 1.8e19) return -1;
+        if (b < 1 || b >= 1.8e19) goto bad;
         *out = (uint64_t)b;
-        return 0;
+        return SCK_OK;
     }
-    return -1;
+bad:
+    return sck_err(SCK_ERR_INVALID_ARG, "'%s' is not a size such as 5GB, 500MB or 2GiB", s);
 }

@@ -8,9 +8,10 @@
 #ifndef SCK_ST_OUT_H
 #define SCK_ST_OUT_H
 
+#include "base/advanced.h"
 #include "format/safetensors.h"
 
-#define ST_HF_INDEX "model.safetensors.index.json"
+#define ST_HF_INDEX SCK_HF_INDEX_NAME
 /* transformers' default max_shard_size "5GB" (decimal, as its convert_file_size_to_int reads it) */
 #define ST_HF_DEFAULT_SHARD 5000000000ull
 
@@ -48,17 +49,18 @@ void st_layout_free(st_layout *L);
 /* Full path of file i, final (tmp = 0) or temporary (tmp = 1).  Errors: SCK_ERR_INVALID_ARG (too long). */
 int st_out_path(const st_layout *L, size_t i, int tmp, char *buf, size_t cap);
 
-/* Step 1 (one process): HF: creates the directory and removes an old index, so a crash before the
- * commit never leaves an index pointing at half-written shards.  Creates every temporary file,
- * writes its header and sizes it to its final length.  On error, removes what it created.
- * Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG. */
+/* Step 1 (one process): HF: creates the directory (an old index is left in place: the old export stays
+ * whole until step 3).  Creates every temporary file, writes its header and sizes it to its final length.
+ * On error, removes what it created.  Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG.  (do_fsync is unused.) */
 int st_out_begin(const st_layout *L, int do_fsync);
 /* Step 2 (any process, after step 1): open temporary file i for writing.  Errors: SCK_ERR_IO. */
 int st_out_open(const st_layout *L, size_t i, int *fd);
-/* Step 3 (one process, after every writer closed its files): fsyncs the temporary files, renames
- * them to their final names, writes the HF index (atomically; it is the commit marker) and removes
- * stale model-*-of-*.safetensors shards of an earlier save that the new index does not name.
- * On error, removes the temporary files.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
+/* Step 3 (one process, after every writer closed its files): fsyncs the temporary files; HF: when a
+ * new shard would replace a file of the same name (same shard count as the old export) removes the old
+ * index first, so no index ever names a mix; renames the files to their final names, writes the HF
+ * index (atomically; it is the commit marker, replacing an old one in one rename when the shard names
+ * differ) and removes stale model-*-of-*.safetensors shards of an earlier save that the new index does
+ * not name.  On error, removes the temporary files.  Errors: SCK_ERR_IO, SCK_ERR_NOMEM. */
 int st_out_commit(const st_layout *L, int do_fsync);
 /* Removes the temporary files (after a failure anywhere). */
 void st_out_abort(const st_layout *L);
@@ -67,9 +69,7 @@ void st_out_abort(const st_layout *L);
  * Errors: SCK_ERR_NOMEM. */
 int st_index_json(const st_layout *L, sck_buf *out);
 
-/* Parses a size such as "5GB", "500MB", "1.5GiB", "4096" (bytes).  Decimal units (KB, MB, GB, TB)
- * are powers of 1000 and binary ones (KiB, MiB, GiB, TiB) powers of 1024, as transformers reads them.
- * Returns 0 and sets *out, or -1 when malformed, zero or too large. */
-int st_parse_size(const char *s, uint64_t *out);
+/* sck_parse_size (sizes such as "5GB" for max_shard) is the advanced tier's: include/shardckpt_advanced.h. */
+
 
 #endif

@@ -8,6 +8,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/advanced.h"
 #include "base/json.h"
 #include "format/safetensors.h"
 #include "format/st_meta.h"
@@ -124,4 +125,10 @@ int st_read_values(const char *path, sck_value **out) {
     }
     *out = d;
     return SCK_OK;
+}
+
+int sck_safetensors_values(const char *path, sck_value **out) {
+    if (out) *out = NULL;
+    if (!path || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_safetensors_values: NULL argument");
+    return st_read_values(path, out);
 }

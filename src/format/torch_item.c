@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/advanced.h"
 #include "format/pickle.h"
 
 int ti_encode_tensor_pkl(sck_buf *out, sck_dtype dt, int ndim, const int64_t *sizes) {
@@ -613,4 +614,15 @@ void ti_describe_pickle(const void *pkl, size_t n, char *buf, size_t cap) {
         snprintf(buf, cap, "%s", rn);
     }
     pk_arena_free(arena);
+}
+
+int sck_value_describe_pickle(const sck_value *v, char *buf, size_t cap) {
+    if (!buf || !cap) return sck_err(SCK_ERR_INVALID_ARG, "sck_value_describe_pickle: no buffer");
+    buf[0] = 0;
+    if (sck_value_kind_of(v) != SCK_VAL_PICKLE)
+        return sck_err(SCK_ERR_INVALID_ARG, "sck_value_describe_pickle: not a pickle value");
+    size_t n = 0;
+    const char *s = sck_value_get_string(v, &n);
+    ti_describe_pickle(s, n, buf, cap);
+    return SCK_OK;
 }

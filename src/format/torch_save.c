@@ -7,7 +7,8 @@
 
 #include "io/storage.h"
 
-int sck_pt_looks_like(const char *path) {
+int sck_pt_probe(const char *path) {
+    if (!path) return 0;
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
     unsigned char m[4];
@@ -24,10 +25,10 @@ typedef struct walk {
     char key[4096];
 } walk;
 
-static int add(walk *w, sck_pt_entry *e) {
+static int add(walk *w, pt_entry *e) {
     if (w->pt->n == w->cap) {
         size_t nc = w->cap ? 2 * w->cap : 16;
-        sck_pt_entry *ne = realloc(w->pt->e, nc * sizeof *ne);
+        pt_entry *ne = realloc(w->pt->e, nc * sizeof *ne);
         if (!ne) {
             free(e->text);
             return sck_err(SCK_ERR_NOMEM, "%s: out of memory", w->path);
@@ -44,7 +45,7 @@ static int add(walk *w, sck_pt_entry *e) {
 }
 
 static int add_tensor(walk *w, const pk_obj *o) {
-    sck_pt_entry e;
+    pt_entry e;
     memset(&e, 0, sizeof e);
     char what[4200];
     snprintf(what, sizeof what, "%s: '%s'", w->path, w->key);
@@ -63,7 +64,7 @@ static int add_tensor(walk *w, const pk_obj *o) {
 
 static int add_value(walk *w, const char *type, const char *fmt, ...) SCK_PRINTF(3, 4);
 static int add_value(walk *w, const char *type, const char *fmt, ...) {
-    sck_pt_entry e;
+    pt_entry e;
     memset(&e, 0, sizeof e);
     snprintf(e.type, sizeof e.type, "%s", type);
     char buf[128];
@@ -142,7 +143,8 @@ static int walk_obj(walk *w, const pk_obj *o) {
     }
 }
 
-int sck_pt_open(const char *path, sck_pt *out) {
+/* Fills *out (freed with pt_clear, also after an error). */
+static int pt_read(const char *path, sck_pt *out) {
     memset(out, 0, sizeof *out);
     uint8_t *data = NULL;
     size_t len = 0;
@@ -165,7 +167,7 @@ int sck_pt_open(const char *path, sck_pt *out) {
     return rc;
 }
 
-void sck_pt_free(sck_pt *pt) {
+static void pt_clear(sck_pt *pt) {
     for (size_t i = 0; i < pt->n; i++) {
         free(pt->e[i].key);
         free(pt->e[i].text);
@@ -173,4 +175,50 @@ void sck_pt_free(sck_pt *pt) {
     free(pt->e);
     free(pt->prefix);
     memset(pt, 0, sizeof *pt);
+}
+
+int sck_pt_open(const char *path, sck_pt **out) {
+    if (out) *out = NULL;
+    if (!path || !out) return sck_err(SCK_ERR_INVALID_ARG, "sck_pt_open: NULL argument");
+    sck_pt *pt = malloc(sizeof *pt);
+    if (!pt) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
+    int rc = pt_read(path, pt);
+    if (rc) {
+        pt_clear(pt);
+        free(pt);
+        return rc;
+    }
+    *out = pt;
+    return SCK_OK;
+}
+
+void sck_pt_close(sck_pt *pt) {
+    if (!pt) return;
+    pt_clear(pt);
+    free(pt);
+}
+
+const char *sck_pt_prefix(const sck_pt *pt) { return pt ? pt->prefix : NULL; }
+
+size_t sck_pt_count(const sck_pt *pt) { return pt ? pt->n : 0; }
+
+int sck_pt_entry(const sck_pt *pt, size_t i, sck_pt_info *info) {
+    if (!pt || !info || i >= pt->n) return sck_err(SCK_ERR_INVALID_ARG, "sck_pt_entry: index %zu out of range", i);
+    const pt_entry *e = &pt->e[i];
+    memset(info, 0, sizeof *info);
+    info->key = e->key;
+    info->is_tensor = e->is_tensor;
+    info->type = e->type;
+    info->text = e->text;
+    if (!e->is_tensor) return SCK_OK;
+    info->dtype = e->t.dtype;
+    info->ndim = e->t.ndim;
+    info->nbytes = sck_dtype_size(e->t.dtype);
+    for (int d = 0; d < e->t.ndim; d++) {
+        info->shape[d] = e->t.size[d];
+        info->nbytes *= (uint64_t)e->t.size[d];
+    }
+    info->storage = e->t.storage_key;
+    info->storage_offset = e->t.storage_offset;
+    return SCK_OK;
 }

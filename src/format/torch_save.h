@@ -3,35 +3,25 @@
 #ifndef SCK_TORCH_SAVE_H
 #define SCK_TORCH_SAVE_H
 
+#include "base/advanced.h"
 #include "format/torch_item.h"
 
-typedef struct sck_pt_entry {
+/* One entry as the reader keeps it; sck_pt_entry (shardckpt_advanced.h) hands it out as sck_pt_info. */
+typedef struct pt_entry {
     char *key;          /* dotted path of dict keys and list/tuple indices ("" for the root) */
     int is_tensor;
     ti_tensor t;        /* tensors: dtype, shape, strides, storage record and offset */
     char type[32];      /* values: "int", "float", "str", "bool", "None", "bytes", "bigint", or the
                          * global of an object ("collections.OrderedDict" ...), which is never called */
     char *text;         /* values: the value for people (a str quoted, bytes as its length) */
-} sck_pt_entry;
+} pt_entry;
 
-typedef struct sck_pt {
+/* The public API (sck_pt_probe, sck_pt_open, sck_pt_close, sck_pt_prefix, sck_pt_count, sck_pt_entry)
+ * is the advanced tier's: include/shardckpt_advanced.h documents it. */
+struct sck_pt {
     char *prefix;       /* the archive's top folder, e.g. "archive" */
-    sck_pt_entry *e;
+    pt_entry *e;
     size_t n;
-} sck_pt;
-
-/* 1 if the file at path starts like a zip archive (PK\3\4), 0 if not or unreadable. */
-int sck_pt_looks_like(const char *path);
-
-/* Reads the torch.save archive at `path` into *out (caller frees with sck_pt_free, also after an
- * error).  data.pkl must match its CRC-32; it is parsed by the safe reader, which admits only the
- * globals a tensor needs (torch._utils._rebuild_tensor*, storage classes, OrderedDict): any other
- * global (os.system ...) is refused by name, never imported or called.  Every tensor's storage record
- * must exist and hold the elements its size, stride and offset address.
- * Errors: SCK_ERR_FORMAT (the message names the file, the key and what is wrong), SCK_ERR_CHECKSUM
- * (data.pkl does not match its CRC-32), SCK_ERR_UNSUPPORTED (a refused global, a compressed record, a
- * dtype), SCK_ERR_IO, SCK_ERR_NOMEM. */
-int sck_pt_open(const char *path, sck_pt *out);
-void sck_pt_free(sck_pt *pt);
+};
 
 #endif

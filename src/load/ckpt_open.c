@@ -13,6 +13,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include "base/advanced.h"
 #include "core/commit.h"
 #include "base/crc32c.h"
 #include "format/key_path.h"
@@ -72,6 +73,27 @@ int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, const int6
     }
     if (!dst && box_numel(&b) > 0) return sck_err(SCK_ERR_INVALID_ARG, "'%s': NULL destination", e->key);
     return ckpt_read_box(ck, i, &b, dst);
+}
+
+int sck_ckpt_read_flat(sck_ckpt *ck, size_t i, uint64_t begin, uint64_t count, void *dst) {
+    if (ck && i >= ck->m.n && i < ckpt_count(ck))
+        return sck_err(SCK_ERR_MISMATCH, "'%s': is a value in %s, not a tensor", ckpt_key(ck, i), META_PT_NAME);
+    if (!ck || i >= ck->m.n) return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_read_flat: index %zu out of range", i);
+    const ck_entry *e = &ck->m.e[i];
+    if (e->is_bytes) return sck_err(SCK_ERR_INVALID_ARG, "'%s': is a bytes entry, not a tensor", e->key);
+    sck_box boxes[2 * SCK_MAX_DIMS];
+    int nb = begin > INT64_MAX || count > INT64_MAX ? -1 : box_from_flat(e->ndim, e->shape, (int64_t)begin, (int64_t)count, boxes);
+    if (nb < 0)
+        return sck_err(SCK_ERR_INVALID_ARG, "'%s': elements [%llu, +%llu) are outside the tensor", e->key,
+                       (unsigned long long)begin, (unsigned long long)count);
+    if (!dst && nb > 0) return sck_err(SCK_ERR_INVALID_ARG, "'%s': NULL destination", e->key);
+    uint8_t *p = dst;
+    for (int k = 0; k < nb; k++) {
+        int rc = ckpt_read_box(ck, i, &boxes[k], p);
+        if (rc) return rc;
+        p += box_numel(&boxes[k]) * sck_dtype_size((sck_dtype)e->dtype);
+    }
+    return SCK_OK;
 }
 
 int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n) {

@@ -1,6 +1,8 @@
 #!/bin/sh
 # run.sh - the library's boundary (docs/DESIGN.md "Exported symbols"):
-#   exports: every global symbol libshardckpt.so/.a and libshardckpt_mpi.so/.a define is declared in include/*.h;
+#   exports: every global symbol libshardckpt.so/.a and libshardckpt_mpi.so/.a define is declared in include/*.h
+#   (shardckpt_advanced.h, the advanced tier, among them);
+#   advanced tier: its header compiles only where SCK_ADVANCED_API is defined;
 #   user_symbols: a program defining write_file, plan_build, ... of its own links and runs against the sealed
 #   static library and against the shared one.
 # usage: sh tests/link/run.sh [BUILD_DIR]   (after `make all mpi`); prints "N passed, N failed".
@@ -37,6 +39,12 @@ if [ -f "$B/libshardckpt_cuda.so" ]; then # built by `make cuda` only where the 
     check_exports "$B/libshardckpt_cuda.so" -D
     check_exports "$B/libshardckpt_cuda.a" -g
 fi
+
+# The advanced tier is opt-in: its header refuses a program that did not define SCK_ADVANCED_API.
+printf '#include "shardckpt_advanced.h"\nint main(void) { return 0; }\n' > "$tmp/adv.c"
+if $CC -std=c11 -Iinclude -c -o "$tmp/adv.o" "$tmp/adv.c" > "$tmp/adv.log" 2>&1; then bad "advanced tier: included without SCK_ADVANCED_API"
+elif ! grep -q SCK_ADVANCED_API "$tmp/adv.log"; then cat "$tmp/adv.log"; bad "advanced tier: refused, but not naming SCK_ADVANCED_API"
+else ok "advanced tier: shardckpt_advanced.h wants SCK_ADVANCED_API"; fi
 
 # The same program linked two ways; each run saves, loads and verifies a checkpoint in a fresh directory.
 FLAGS="-std=c11 -Wall -Wextra -Werror -Wmissing-prototypes -Iinclude"
