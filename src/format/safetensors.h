@@ -13,9 +13,10 @@
 /* The reference crate's limit on the header (MAX_HEADER_SIZE in safetensors/src/tensor.rs). */
 #define ST_MAX_HEADER 100000000ull
 #define ST_METADATA_KEY "__metadata__"
-/* __metadata__ entries we hold at most: each costs a dict entry and two strings, some 150 bytes for
- * as few as 7 of JSON; files carry a handful. */
-#define ST_MAX_METADATA 1000000
+/* __metadata__ entries we hold at most: each costs a dict entry and two strings, some 170 bytes for
+ * as few as 8 of JSON, so the cap keeps a header of tiny entries under 64 MiB beyond 8x its size;
+ * files carry a handful (ours: one per non-tensor entry). */
+#define ST_MAX_METADATA 262144
 
 typedef struct st_tensor {
     char *name;
