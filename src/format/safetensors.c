@@ -62,7 +62,7 @@ static int check_layout(const char *what, const st_header *h, uint64_t data_len)
 static int parse_json_header(const char *what, const uint8_t *json, uint64_t len, uint64_t data_len, st_header *h) {
     int rc = st_json_header(what, json, (size_t)len, h);
     if (rc) return rc;
-    qsort(h->t, h->n, sizeof *h->t, cmp_tensor_offsets);
+    if (h->n > 1) qsort(h->t, h->n, sizeof *h->t, cmp_tensor_offsets); /* a values-only file has no array */
     return check_layout(what, h, data_len);
 }
 
