@@ -55,8 +55,9 @@ extern "C" {
  *  sck_state_add_flat, and how to stream a tensor of any shape in blocks of bounded size.  The
  *  range is read as at most 2*ndim-1 boxes (sck_ckpt_read_box), checksums checked as there.
  *  count 0 reads nothing.
- *  Errors: SCK_ERR_INVALID_ARG (i out of range, not a tensor, the range outside the tensor: the
- *  message names the key and the range), and those of sck_ckpt_read_box. */
+ *  Errors: SCK_ERR_INVALID_ARG (i out of range, a byte entry, the range outside the tensor: the
+ *  message names the key and the range), SCK_ERR_MISMATCH (a value of meta.pt), and those of
+ *  sck_ckpt_read_box. */
 SCK_API int sck_ckpt_read_flat(sck_ckpt *ck, size_t i, uint64_t begin, uint64_t count, void *dst);
 
 /* ------------------------------------------------------------------------ */
@@ -110,7 +111,8 @@ SCK_API int sck_st_writer_open(const char *path, const sck_st_tensor *t, size_t 
 /** Writes `len` bytes at `data` as bytes [offset, offset+len) of tensor i's row-major data (i in
  *  the order given to sck_st_writer_open).  Blocks may come in any order and from any number of
  *  calls; bytes never written read back as zeros.  Errors: SCK_ERR_INVALID_ARG (i out of range, the
- *  range past the tensor's end, the writer committed or failed), SCK_ERR_IO (naming the file). */
+ *  range past the tensor's end, NULL data, the writer committed), SCK_ERR_IO (naming the file).
+ *  After an error the writer may still be written to, committed or freed. */
 SCK_API int sck_st_writer_write(sck_st_writer *w, size_t i, uint64_t offset, const void *data, size_t len);
 
 /** Finishes the output: fsyncs and closes the temporary files (unless SCK_SAVE_NO_FSYNC), renames

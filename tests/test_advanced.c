@@ -180,6 +180,13 @@ TEST(advanced_torch_save_file_read_without_running_it) {
     sck_save_opts so = {SCK_SAVE_FABRIC | SCK_SAVE_NO_FSYNC, 0, {0}};
     REQUIRE_OK(sck_save(NULL, dir, st, &so));
     sck_state_free(st);
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    long is = sck_ckpt_find(ck, "step");
+    float one;
+    CHECK(is >= 0);
+    CHECK_ERR(sck_ckpt_read_flat(ck, (size_t)is, 0, 1, &one), SCK_ERR_MISMATCH, "'step': is a value in meta.pt");
+    sck_ckpt_close(ck);
     const char *meta = tjoin(dir, "meta.pt");
     CHECK(sck_pt_probe(meta) == 1 && sck_pt_probe(tjoin(dir, ".metadata")) == 0 && sck_pt_probe(tjoin(dir, "nope")) == 0);
     sck_pt *pt = NULL;
