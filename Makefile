@@ -67,9 +67,10 @@ $(BUILD)/libshardckpt_internal.a: $(LIB_OBJ)
 $(BUILD)/libshardckpt.so.$(VERSION): $(LIB_OBJ)
 	$(CC) -shared -Wl,-soname,libshardckpt.so.$(SOMAJOR) -o $@ $^ $(LDFLAGS) $(LDLIBS_ALL)
 
-$(BUILD)/libshardckpt.so: $(BUILD)/libshardckpt.so.$(VERSION)
-	ln -sf libshardckpt.so.$(VERSION) $(BUILD)/libshardckpt.so.$(SOMAJOR)
-	ln -sf libshardckpt.so.$(VERSION) $@
+# Every shared library's soname and development links (libshardckpt, _mpi, _cuda) point at its versioned file.
+$(BUILD)/lib%.so: $(BUILD)/lib%.so.$(VERSION)
+	ln -sf lib$*.so.$(VERSION) $(BUILD)/lib$*.so.$(SOMAJOR)
+	ln -sf lib$*.so.$(VERSION) $@
 
 $(BUILD)/bin/shardckpt: $(CLI_OBJ) $(BUILD)/libshardckpt.a
 	@mkdir -p $(dir $@)
@@ -111,10 +112,6 @@ $(BUILD)/libshardckpt_mpi.a: $(BUILD)/obj/mpi/comm_mpi.o
 $(BUILD)/libshardckpt_mpi.so.$(VERSION): $(BUILD)/obj/mpi/comm_mpi.o $(BUILD)/libshardckpt.so
 	$(MPI_CC) -shared -Wl,-soname,libshardckpt_mpi.so.$(SOMAJOR) -o $@ $< -L$(BUILD) -lshardckpt $(LDFLAGS)
 
-$(BUILD)/libshardckpt_mpi.so: $(BUILD)/libshardckpt_mpi.so.$(VERSION)
-	ln -sf libshardckpt_mpi.so.$(VERSION) $(BUILD)/libshardckpt_mpi.so.$(SOMAJOR)
-	ln -sf libshardckpt_mpi.so.$(VERSION) $@
-
 # fsdp_train is the MPI build when MPI is there (it still runs as threads with --threads N), else threads only.
 ifeq ($(HAVE_MPI),1)
 $(BUILD)/examples/fsdp_train: examples/fsdp_train.c $(MPI_LIBS) $(HDRS)
@@ -154,10 +151,6 @@ $(BUILD)/libshardckpt_cuda.a: $(BUILD)/obj/cuda/sck_cuda.o
 
 $(BUILD)/libshardckpt_cuda.so.$(VERSION): $(BUILD)/obj/cuda/sck_cuda.o $(BUILD)/libshardckpt.so
 	$(CC) -shared -Wl,-soname,libshardckpt_cuda.so.$(SOMAJOR) -o $@ $< -L$(BUILD) -lshardckpt $(LDFLAGS) $(CUDA_LIBS)
-
-$(BUILD)/libshardckpt_cuda.so: $(BUILD)/libshardckpt_cuda.so.$(VERSION)
-	ln -sf libshardckpt_cuda.so.$(VERSION) $(BUILD)/libshardckpt_cuda.so.$(SOMAJOR)
-	ln -sf libshardckpt_cuda.so.$(VERSION) $@
 
 $(BUILD)/tests/cuda/cuda_device: tests/cuda/cuda_device.c $(BUILD)/libshardckpt_cuda.a $(BUILD)/libshardckpt.a $(HDRS)
 	@mkdir -p $(dir $@)
@@ -273,28 +266,27 @@ PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|; s|@LIBDIR@|$(LIBDIR)|; s|@INCLUDEDIR@|$(
 	-e 's|@VERSION@|$(VERSION)|g; s|@MPI_PC@|$(MPI_PC)|g; s|@CUDA_HOME@|$(CUDA_HOME)|g'
 D := $(DESTDIR)
 
+# $(call install_lib,NAME): NAME.a, NAME.so.VERSION and its soname and development links into LIBDIR.
+define install_lib
+	install -m 644 $(BUILD)/$(1).a $(D)$(LIBDIR)/
+	install -m 755 $(BUILD)/$(1).so.$(VERSION) $(D)$(LIBDIR)/
+	ln -sf $(1).so.$(VERSION) $(D)$(LIBDIR)/$(1).so.$(SOMAJOR)
+	ln -sf $(1).so.$(VERSION) $(D)$(LIBDIR)/$(1).so
+endef
+
 .PHONY: install uninstall
 install: all $(if $(HAVE_MPI),mpi) $(if $(HAVE_CUDA),cuda)
 	install -d $(D)$(BINDIR) $(D)$(LIBDIR) $(D)$(INCLUDEDIR) $(D)$(PKGCONFIGDIR)
 	install -m 644 $(INSTALL_HDRS) $(D)$(INCLUDEDIR)/
 	install -m 755 $(BUILD)/bin/shardckpt $(D)$(BINDIR)/
-	install -m 644 $(BUILD)/libshardckpt.a $(D)$(LIBDIR)/
-	install -m 755 $(BUILD)/libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/
-	ln -sf libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt.so.$(SOMAJOR)
-	ln -sf libshardckpt.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt.so
+	$(call install_lib,libshardckpt)
 	$(PC_SED) pkgconfig/shardckpt.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt.pc
 ifeq ($(HAVE_MPI),1)
-	install -m 644 $(BUILD)/libshardckpt_mpi.a $(D)$(LIBDIR)/
-	install -m 755 $(BUILD)/libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/
-	ln -sf libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_mpi.so.$(SOMAJOR)
-	ln -sf libshardckpt_mpi.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_mpi.so
+	$(call install_lib,libshardckpt_mpi)
 	$(PC_SED) pkgconfig/shardckpt-mpi.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt-mpi.pc
 endif
 ifeq ($(HAVE_CUDA),1)
-	install -m 644 $(BUILD)/libshardckpt_cuda.a $(D)$(LIBDIR)/
-	install -m 755 $(BUILD)/libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/
-	ln -sf libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_cuda.so.$(SOMAJOR)
-	ln -sf libshardckpt_cuda.so.$(VERSION) $(D)$(LIBDIR)/libshardckpt_cuda.so
+	$(call install_lib,libshardckpt_cuda)
 	$(PC_SED) pkgconfig/shardckpt-cuda.pc.in > $(D)$(PKGCONFIGDIR)/shardckpt-cuda.pc
 endif
 	@# a system directory's loader cache needs refreshing; a staged or private prefix does not
@@ -303,9 +295,8 @@ endif
 # Removes exactly what install puts there (headers by name, not the directories).
 uninstall:
 	rm -f $(addprefix $(D)$(INCLUDEDIR)/,$(notdir $(wildcard include/*.h))) $(D)$(BINDIR)/shardckpt
-	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt.a libshardckpt.so libshardckpt.so.$(SOMAJOR) libshardckpt.so.$(VERSION))
-	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt_mpi.a libshardckpt_mpi.so libshardckpt_mpi.so.$(SOMAJOR) libshardckpt_mpi.so.$(VERSION))
-	rm -f $(addprefix $(D)$(LIBDIR)/,libshardckpt_cuda.a libshardckpt_cuda.so libshardckpt_cuda.so.$(SOMAJOR) libshardckpt_cuda.so.$(VERSION))
+	rm -f $(foreach n,libshardckpt libshardckpt_mpi libshardckpt_cuda,\
+		$(addprefix $(D)$(LIBDIR)/$(n),.a .so .so.$(SOMAJOR) .so.$(VERSION)))
 	rm -f $(addprefix $(D)$(PKGCONFIGDIR)/,shardckpt.pc shardckpt-mpi.pc shardckpt-cuda.pc)
 
 clean:

@@ -144,6 +144,22 @@ static void meta_begin(sck_buf *b) {
     op(b, '(');
 }
 
+/* State dict entry `key`: a TensorStorageMetadata whose chunks list is open and holds one chunk; the
+ * caller appends to the list (or memoizes it), then closes it with 'a'/'e' and obj_end. */
+static void entry_first_chunk(sck_buf *b, const char *key) {
+    str(b, key);
+    tsm_begin(b);
+    op(b, ']');
+    chunk(b);
+}
+
+/* Ends state_dict_metadata's items and pushes storage_data's dict, empty: the caller may SETITEMS into it. */
+static void storage_data_begin(sck_buf *b) {
+    op(b, 'u');
+    str(b, "storage_data");
+    op(b, '}');
+}
+
 /* ---- running an open in a child ---- */
 
 typedef struct outcome {
@@ -225,10 +241,7 @@ TEST(bomb_dcp_one_chunk_referenced_millions_of_times) {
     sck_buf b;
     sck_buf_init(&b);
     meta_begin(&b);
-    str(&b, "w");
-    tsm_begin(&b);
-    op(&b, ']');
-    chunk(&b);
+    entry_first_chunk(&b, "w");
     op(&b, 0x94);   /* MEMOIZE: memo 0 */
     op(&b, 'a');
     while (b.len < BOMB) {   /* batches of 1000, as Python writes lists */
@@ -237,9 +250,7 @@ TEST(bomb_dcp_one_chunk_referenced_millions_of_times) {
         op(&b, 'e');
     }
     obj_end(&b);   /* the TSM */
-    op(&b, 'u');   /* state_dict_metadata */
-    str(&b, "storage_data");
-    op(&b, '}');
+    storage_data_begin(&b);
     obj_end(&b);   /* Metadata */
     op(&b, '.');
     expect(dcp_dir("chunks", &b), b.len, SCK_ERR_FORMAT, "storage_data has only 0 records (each chunk needs its own)");
@@ -250,10 +261,7 @@ TEST(bomb_dcp_one_tensor_record_under_a_million_keys) {
     sck_buf b;
     sck_buf_init(&b);
     meta_begin(&b);
-    str(&b, "t0");
-    tsm_begin(&b);
-    op(&b, ']');
-    chunk(&b);
+    entry_first_chunk(&b, "t0");
     op(&b, 'a');
     obj_end(&b);
     op(&b, 0x94);   /* the TSM is memo 0 */
@@ -267,9 +275,7 @@ TEST(bomb_dcp_one_tensor_record_under_a_million_keys) {
         str(&b, key);
         binget(&b, 0);
     }
-    op(&b, 'u');
-    str(&b, "storage_data");
-    op(&b, '}');
+    storage_data_begin(&b);
     obj_end(&b);
     op(&b, '.');
     expect(dcp_dir("tensors", &b), b.len, SCK_ERR_FORMAT, "(each chunk needs its own)");
@@ -282,10 +288,7 @@ TEST(bomb_dcp_chunk_references_with_as_many_records) {
     sck_buf b;
     sck_buf_init(&b);
     meta_begin(&b);
-    str(&b, "w");
-    tsm_begin(&b);
-    op(&b, ']');
-    chunk(&b);
+    entry_first_chunk(&b, "w");
     op(&b, 0x94);
     op(&b, 'a');
     size_t n = 1;
@@ -296,9 +299,7 @@ TEST(bomb_dcp_chunk_references_with_as_many_records) {
         n += 1000;
     }
     obj_end(&b);
-    op(&b, 'u');
-    str(&b, "storage_data");
-    op(&b, '}');
+    storage_data_begin(&b);
     op(&b, '(');
     op(&b, 'N');
     for (size_t i = 1; i < 2 * n; i++) op(&b, '2');   /* DUP: n pairs (None, None) */
@@ -314,15 +315,10 @@ TEST(bomb_dcp_planner_path_of_repeated_strings) {
     sck_buf b;
     sck_buf_init(&b);
     meta_begin(&b);
-    str(&b, "w");
-    tsm_begin(&b);
-    op(&b, ']');
-    chunk(&b);
+    entry_first_chunk(&b, "w");
     op(&b, 'a');
     obj_end(&b);
-    op(&b, 'u');
-    str(&b, "storage_data");
-    op(&b, '}');
+    storage_data_begin(&b);
     record(&b, "w");
     op(&b, 's');
     str(&b, "planner_data");

@@ -13,12 +13,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 B=${1:-build}
 MAKE=${MAKE:-make}
-pass=0
-fail=0
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/suite_lib.sh
 repo=$(pwd)
 P=$tmp/prefix
 VERSION=$(sed -n 's/^#define SCK_VERSION_\(MAJOR\|MINOR\|PATCH\) \([0-9][0-9]*\)$/\2/p' include/shardckpt.h | paste -sd. -)

@@ -10,12 +10,7 @@ set -u
 cd "$(dirname "$0")/../.." || exit 2
 B=${1:-build}
 CC=${CC:-cc}
-pass=0
-fail=0
-ok() { echo "ok $1"; pass=$((pass + 1)); }
-bad() { echo "FAIL $1"; fail=$((fail + 1)); }
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+. tests/suite_lib.sh
 
 # Names declared in the public headers: the identifier before each '(' on an SCK_API line.
 grep -h '^SCK_API' include/*.h | sed -E 's/\(.*//; s/.*[ *]//' | sort -u > "$tmp/declared"
