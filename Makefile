@@ -221,7 +221,7 @@ test-interop: all $(BUILD)/tests/t26_adam
 
 # libFuzzer targets (fuzz/fuzz_*.c) against the library built with sanitizers and fuzzer coverage.
 # `make fuzz-smoke` runs each for FUZZ_TIME seconds from a copy of its seed corpus (fuzz/corpus/NAME);
-# any crash, leak, hang or sanitizer report fails it.  CI runs it after `make test`.
+# any crash, leak, hang or sanitizer report fails it.  CI runs it before `make test`.
 FUZZ_CC      ?= clang
 FUZZ_TIME    ?= 60
 FUZZ_NAMES   := $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))

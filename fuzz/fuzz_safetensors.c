@@ -16,7 +16,7 @@ static void check_round_trip(const st_header *h) {
     sck_buf_init(&b);
     st_tensor *copy = malloc((h->n ? h->n : 1) * sizeof *copy);
     if (!copy) return;
-    memcpy(copy, h->t, h->n * sizeof *copy);
+    if (h->n) memcpy(copy, h->t, h->n * sizeof *copy); /* h->t is NULL for a values-only header */
     if (st_build_header(copy, h->n, h->metadata, &b) == SCK_OK) {
         uint64_t data_len = h->n ? h->t[h->n - 1].end : 0;
         if (sck_buf_zero(&b, (size_t)data_len) == SCK_OK) {
