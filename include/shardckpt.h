@@ -785,14 +785,16 @@ SCK_API int sck_ckpt_read_box(sck_ckpt *ck, size_t i, const int64_t *offsets, co
 typedef struct sck_verify_stats {
     uint64_t entries;         /**< entries checked */
     uint64_t chunks;          /**< chunks (items) read whole */
-    uint64_t checksummed;     /**< of those, chunks whose CRC-32C matched */
+    uint64_t checksummed;     /**< of those, chunks whose CRC-32C matched, or (torch-written,
+                               *   no CRC-32C) whose every zip record matched its zip CRC-32 */
     uint64_t bytes;           /**< item bytes read */
 } sck_verify_stats;
 
 /** Checks the whole checkpoint: every chunk's item is readable in full and
  *  decodes (tensor items: archive and data.pkl agree with the metadata's
  *  dtype and chunk shape); the chunks of each tensor cover it exactly once;
- *  every recorded CRC-32C matches.  When ck was opened from `.metadata.sck`
+ *  every recorded CRC-32C matches; an item without one (torch-written)
+ *  has every zip record checked against its zip CRC-32.  When ck was opened from `.metadata.sck`
  *  (docs/FORMAT.md), the `.metadata` pickle is decoded too and must describe
  *  the same checkpoint, and every payload must lie where the cache says
  *  (SCK_ERR_FORMAT).  Stops at the first problem.  stats may

@@ -4,12 +4,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <unistd.h>
 
 #include "ckpt_fixture.h"
 #include "load/ckpt.h"
 #include "base/crc32c.h"
 #include "format/dcp_meta.h"
+#include "format/zip.h"
 #include "harness.h"
 
 TEST(crc32c_known_answers_and_chaining) {
@@ -169,7 +171,7 @@ static void strip_crcs(struct ck_meta *m, void *ctx) {
         for (size_t c = 0; c < m->e[i].nchunks; c++) m->e[i].chunks[c].has_crc = 0;
 }
 
-TEST(checksum_absent_as_in_torch_checkpoints_loads_unchecked) {
+TEST(checksum_absent_as_in_torch_checkpoints_checks_zip_crc32s) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
     REQUIRE_OK(fx_save(dir, 3, 1, 0, NULL, NULL));
@@ -187,7 +189,7 @@ TEST(checksum_absent_as_in_torch_checkpoints_loads_unchecked) {
     REQUIRE_OK(sck_ckpt_open(dir, &ck));
     sck_verify_stats st;
     REQUIRE_OK(sck_ckpt_verify(ck, &st));
-    CHECK(st.chunks == 9 && st.checksummed == 0);
+    CHECK(st.chunks == 9 && st.checksummed == 9); /* each item's zip records, by their CRC-32 */
     sck_ckpt_close(ck);
 }
 
@@ -220,4 +222,53 @@ TEST(verify_reports_holes_and_load_reads_only_covered_boxes) {
     sck_ckpt_close(ck);
     CHECK(fx_load_version(dir, 0) == -1);
     CHECK(strstr(sck_last_error(), "'model.w': saved chunks cover") != NULL);
+}
+
+/* Without CRC-32Cs (torch-written), every byte of every zip record is still covered by its zip
+ * CRC-32: bit flips in data.pkl and in payloads are refused by the load, a resharded load, a box read
+ * and verify, never loaded as SCK_OK. */
+TEST(checksum_absent_zip_crc32_refuses_every_record_flip) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    REQUIRE_OK(fx_save(dir, 3, 0, 0, NULL, NULL));
+    REQUIRE_OK(fx_edit_metadata(dir, strip_crcs, NULL));
+    char side[4200];
+    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
+    unlink(side); /* as torch writes it: no model cache */
+    char file[64];
+    uint64_t off, len;
+    REQUIRE_OK(chunk_at(dir, "model.w", 1, file, &off, &len));
+    int fd;
+    char p[4200];
+    snprintf(p, sizeof p, "%s/%s", dir, file);
+    REQUIRE((fd = open(p, O_RDONLY)) >= 0);
+    zip_dir zd;
+    int rc = zip_read_dir(zip_pread_fd, &fd, off, len, "item", &zd);
+    close(fd);
+    REQUIRE_OK(rc);
+    int n = 0, refused = 0, ok_after = 1;
+    for (size_t k = 0; k < zd.n; k++) {
+        const zip_rec *z = &zd.rec[k];
+        if (strcmp(z->name, "data.pkl") && strncmp(z->name, "data/", 5)) continue;
+        for (uint64_t b = 0; b < z->size; b += 7) {
+            REQUIRE(fx_flip(dir, file, z->data_off + b, 0x10) == 0);
+            n += 4;
+            refused += fx_load_version(dir, 0) == -1;
+            refused += fx_load_resharded(dir, 2, 0) != SCK_OK;
+            sck_ckpt *ck;
+            REQUIRE_OK(sck_ckpt_open(dir, &ck));
+            long i = sck_ckpt_find(ck, "model.w");
+            float rows[2][10];
+            int64_t o[2] = {4, 0}, s[2] = {2, 10};
+            refused += sck_ckpt_read_box(ck, (size_t)i, o, s, rows) != SCK_OK;
+            refused += sck_ckpt_verify(ck, NULL) == SCK_ERR_CHECKSUM && strstr(sck_last_error(), "does not match its zip CRC-32");
+            sck_ckpt_close(ck);
+            REQUIRE(fx_flip(dir, file, z->data_off + b, 0x10) == 0);
+        }
+    }
+    zip_dir_free(&zd);
+    ok_after = fx_load_version(dir, 0) == 0;
+    printf("  %d mutations: %d refused\n", n, refused);
+    CHECK(n > 0 && refused == n);
+    CHECK(ok_after);
 }

@@ -275,6 +275,26 @@ int ck_hand_over(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *const *p, co
     return SCK_OK;
 }
 
+/* A torch-written item (no CRC-32C) just read here: its storage record checked against its zip CRC-32,
+ * once per open checkpoint (r->verified).  Where the read was one unswapped run that is the whole
+ * record (a whole chunk, the same sharding as the save), the CRC-32 is taken of the destination;
+ * any other read (a part of the chunk, a view of a larger storage, big-endian bytes) reads the whole
+ * record again to check it, so a resharded load reads each record it touches in full. */
+static int check_zip_read(sck_ckpt *ck, size_t ei, size_t ci, ck_res *r, const run_list *l, const run_ctx *rx) {
+    const ck_zrec *z = ck_zrec_of(ck, r);
+    uint32_t crc = 0;
+    int rc = SCK_OK;
+    if (!z) { /* no storage bytes: data.pkl, checked when resolved, was all */
+    } else if (l->n == 1 && !r->swap && r->data_off + l->first_src == z->off && l->first_len == z->len) {
+        crc = sck_crc32(0, rx->dst + l->first_dst, (size_t)z->len);
+    } else if ((rc = ck_crc32_span(rx->ird, z->off, z->off + z->len, &crc))) {
+        return rc;
+    }
+    if (z && crc != z->crc) return ckpt_zip_mismatch(ck, ei, ci, z->name, z->off, z->len, z->crc);
+    r->verified = 1;
+    return SCK_OK;
+}
+
 /* cbox: chunk ci's box (ck_chunk_box). */
 int ck_read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov, void *dst) {
     ck_entry *e = &ck->m.e[ei];
@@ -325,6 +345,7 @@ int ck_read_overlap(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, con
         rc = cb     ? ck_read_combined(ck, cb, cbox, want, ov, strides, &rx)
              : peer ? ck_copy_peer_checked(ck, ei, ci, cbox, want, ov, strides, &rx, &l)
                     : box_runs(cbox, strides, want, ov, rx.elem, ck_copy_run, &rx);
+        if (!rc && ck->verify && !c->has_crc && !c->raw && !r->verified && !peer) rc = check_zip_read(ck, ei, ci, r, &l, &rx);
         /* Another rank checks this item; should its bytes be what broke this read, say so here too. */
         if (rc && peer && ck->verify) {
             char msg[1024];

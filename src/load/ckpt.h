@@ -21,8 +21,17 @@ typedef struct ck_res {
                                      * box (box_strides; every item we write), else ck->strides[k - 1] */
     uint8_t done;
     uint8_t swap;                   /* stored big-endian: bytes per component to reverse, else 0 */
-    uint8_t verified;               /* the item's bytes matched its CRC-32C */
+    uint8_t verified;               /* the item's bytes matched its CRC-32C (torch-written: its storage
+                                     * record matched its zip CRC-32) */
 } ck_res;
+
+/* A torch-written item's storage record: the item has no CRC-32C, so its zip CRC-32 is what a read
+ * checks (box_read.c).  Kept apart from ck_res, which stays 16 bytes for checkpoints of our own. */
+typedef struct ck_zrec {
+    uint64_t off, len;              /* absolute file range of the record's bytes */
+    uint32_t crc;                   /* the CRC-32 its zip directory records */
+    char name[44];                  /* "data/0", for messages (cut if longer) */
+} ck_zrec;
 
 /* The end of a piped item's check, left for when the next item's read is under way (box_read.c's
  * read_run_checked): the CRC-32C of the item so far, its last slice (in the caller's buffer) and the
@@ -108,6 +117,9 @@ struct sck_ckpt {
     int64_t (*strides)[SCK_MAX_DIMS]; /* views that are not row-major (ck_res.strides) */
     size_t nstrides, capstrides;
     size_t res_pool_n;
+    ck_zrec *zrecs;                 /* storage records of resolved torch-written items */
+    size_t nzrecs, capzrecs;
+    uint32_t *zrec_of;              /* parallel to res_pool: 1 + index into zrecs, 0 none; lazy */
     size_t *order;                  /* scratch */
     int verify;                     /* check CRC-32Cs when reading (default on) */
     int io;                         /* CK_IO_AUTO (the default), CK_IO_DIRECT or CK_IO_BUFFERED */
@@ -215,8 +227,8 @@ int ckpt_open_safetensors(const char *path, sck_ckpt **out);
 /* Resolves where chunk ci of tensor entry ei keeps its elements (zip + data.pkl checked against the
  * metadata); *out stays owned by ck. */
 int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out);
-/* Reads all bytes of chunk ci's item and, if the metadata records a CRC-32C, checks them against it.
- * `known`, if not NULL, already holds the file's bytes [known_off, known_off+known_len) (inside the
+/* Reads all bytes of chunk ci's item and, if the metadata records a CRC-32C, checks them against it;
+ * without one (torch-written), checks its zip records as ckpt_check_zip_item.  `known`, if not NULL, already holds the file's bytes [known_off, known_off+known_len) (inside the
  * item), which are then not read again.  Errors: SCK_ERR_CHECKSUM (names file, key, item offset and
  * chunk), SCK_ERR_FORMAT, SCK_ERR_IO, SCK_ERR_NOMEM. */
 int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len);
@@ -230,6 +242,16 @@ int ckpt_overlap_runs(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *want, c
 void ckpt_prefetch_headers(sck_ckpt *ck, size_t ei, size_t ci);
 /* SCK_ERR_CHECKSUM naming file, key, item offset and chunk: the item's bytes have CRC-32C `crc`. */
 int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
+/* SCK_ERR_CHECKSUM naming file, key, chunk and the zip record (name, absolute offset, length) whose
+ * bytes do not match the zip CRC-32 `want` its directory records (SCK_ERR_BUSY where a save replaced
+ * the checkpoint meanwhile). */
+int ckpt_zip_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, const char *rec, uint64_t off, uint64_t len, uint32_t want);
+/* Checks every record of chunk ci's item, a torch.save archive without a CRC-32C (torch-written),
+ * against the zip CRC-32 its directory records, reading each record whole.  *summed (may be NULL):
+ * 1 if the item is an archive and was checked, 0 if it is a byte item that is not an archive (raw
+ * bytes: nothing to check).  Errors: SCK_ERR_CHECKSUM (ckpt_zip_mismatch), SCK_ERR_FORMAT (no
+ * readable zip directory), SCK_ERR_IO, SCK_ERR_NOMEM. */
+int ckpt_check_zip_item(sck_ckpt *ck, size_t ei, size_t ci, int *summed);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */
 int ckpt_read_box(sck_ckpt *ck, size_t ei, const sck_box *want, void *dst);
 /* One box of a tensor entry to read into dst (row-major over *box). */

@@ -43,6 +43,11 @@ static void ckpt_free_res(sck_ckpt *ck) {
     ck->nstrides = ck->capstrides = 0;
     sck_huge_free(ck->res_pool, ck->res_pool_n, sizeof *ck->res_pool);
     ck->res_pool = NULL;
+    free(ck->zrecs);
+    ck->zrecs = NULL;
+    ck->nzrecs = ck->capzrecs = 0;
+    free(ck->zrec_of);
+    ck->zrec_of = NULL;
 }
 
 void sck_ckpt_close(sck_ckpt *ck) {

@@ -122,6 +122,18 @@ int ckpt_read_item(sck_ckpt *ck, size_t ei, uint8_t **data, size_t *n) {
     return SCK_OK;
 }
 
+/* Every record of byte item i's archive, read into memory at `raw` (zip directory d, offsets from
+ * the item's start), against its zip CRC-32: the item has no CRC-32C. */
+static int check_records(const sck_ckpt *ck, size_t i, const uint8_t *raw, const zip_dir *d) {
+    uint64_t base = ck->m.e[i].chunks[0].offset;
+    for (size_t k = 0; k < d->n; k++) {
+        const zip_rec *z = &d->rec[k];
+        if (sck_crc32(0, raw + z->data_off, (size_t)z->size) != z->crc)
+            return ckpt_zip_mismatch(ck, i, 0, z->name, base + z->data_off, z->size, z->crc);
+    }
+    return SCK_OK;
+}
+
 int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_value **value) {
     if (!ck || i >= ckpt_count(ck) || !data || !n || !value)
         return sck_err(SCK_ERR_INVALID_ARG, "sck_ckpt_read_bytes: bad argument");
@@ -145,8 +157,9 @@ int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_valu
         rc = zip_read_dir(zip_pread_mem, &zm, 0, len, what, &zd);
         if (rc == SCK_OK) {
             const zip_rec *pk = zip_find(&zd, "data.pkl");
-            if (!pk) rc = sck_err(SCK_ERR_FORMAT, "%s: archive has no data.pkl", what);
-            else rc = ti_decode_value_pkl(raw + pk->data_off, pk->size, what, value);
+            if (ck->verify && !ck->m.e[i].chunks[0].has_crc) rc = check_records(ck, i, raw, &zd); /* torch-written */
+            if (!rc && !pk) rc = sck_err(SCK_ERR_FORMAT, "%s: archive has no data.pkl", what);
+            else if (!rc) rc = ti_decode_value_pkl(raw + pk->data_off, pk->size, what, value);
             zip_dir_free(&zd);
         }
         if (rc != SCK_ERR_UNSUPPORTED) {

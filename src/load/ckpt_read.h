@@ -68,6 +68,7 @@ int ck_choose_direct(sck_ckpt *ck, const ck_chunk *c, uintptr_t skew, int long_r
 int ck_direct_fd(sck_ckpt *ck, uint32_t fi);
 void ck_fill_range(sck_ckpt *ck, const ck_chunk *c, uint64_t fsize, uint64_t off, uint64_t n, uint64_t *lo, uint64_t *hi);
 int ck_get_file(sck_ckpt *ck, uint32_t fi, int *fd, uint64_t *size);
+int ck_item_pread(void *ctx, void *buf, size_t n, uint64_t off);
 int ck_item_view(item_rd *r, uint64_t off, uint64_t n, const uint8_t **p);
 void ck_item_what(const sck_ckpt *ck, const ck_entry *e, const ck_chunk *c, char *buf, size_t cap);
 int ck_preadv_full(const sck_ckpt *ck, size_t ei, size_t ci, int fd, struct iovec *iov, int n, uint64_t off);
@@ -79,6 +80,7 @@ size_t ck_span_at_or_after(const ck_span *sp, size_t n, uint32_t file, uint64_t 
 int ck_spans_ready(sck_ckpt *ck, int all);
 int ck_stream_fd(sck_ckpt *ck, uint32_t fi);
 void ck_swap_elems(uint8_t *p, uint64_t nbytes, size_t elem);
+const ck_zrec *ck_zrec_of(const sck_ckpt *ck, const ck_res *r);
 
 /* item_check.c */
 int ck_check_and_copy(sck_ckpt *ck, size_t ei, size_t ci, run_ctx *rx, const run_list *l, int check);
@@ -87,6 +89,7 @@ int ck_collect_run(void *vctx, uint64_t s, uint64_t d, uint64_t n);
 int ck_copy_peer_checked(sck_ckpt *ck, size_t ei, size_t ci, const sck_box *cbox, const sck_box *want, const sck_box *ov, const int64_t *strides, run_ctx *rx, const run_list *l);
 int ck_copy_run(void *vctx, uint64_t src_off, uint64_t dst_off, uint64_t nbytes);
 int ck_crc_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc);
+int ck_crc32_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc);
 int ck_item_peer(sck_ckpt *ck, size_t ei, size_t ci, ck_comb **cb);
 int ck_pipe_begin(sck_ckpt *ck, item_rd *ird, uint8_t *d, uint64_t abs, uint64_t len);
 int ck_pipe_drain_crc(sck_ckpt *ck, item_rd *ird, uint64_t len, uint32_t *crc, const uint8_t **last, uint64_t *last_len);

@@ -92,8 +92,8 @@ static void span_end(span_it *it) {
     if (it->piped) rp_finish(it->ird->ck->rp);
 }
 
-/* CRC-32C of item bytes [from, to), continuing from *crc. */
-int ck_crc_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc) {
+/* CRC-32C (zip 0) or zip CRC-32 (zip 1) of item bytes [from, to), continuing from *crc. */
+static int span_crc(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc, int zip) {
     span_it it;
     span_begin(&it, ird, from, to);
     for (;;) {
@@ -105,8 +105,43 @@ int ck_crc_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc) {
             return rc;
         }
         if (!n) return SCK_OK;
-        *crc = sck_crc32c(*crc, p, (size_t)n);
+        *crc = zip ? sck_crc32(*crc, p, (size_t)n) : sck_crc32c(*crc, p, (size_t)n);
     }
+}
+
+/* CRC-32C of item bytes [from, to), continuing from *crc. */
+int ck_crc_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc) { return span_crc(ird, from, to, crc, 0); }
+
+/* The zip CRC-32 of item bytes [from, to), continuing from *crc (torch-written items). */
+int ck_crc32_span(item_rd *ird, uint64_t from, uint64_t to, uint32_t *crc) { return span_crc(ird, from, to, crc, 1); }
+
+int ckpt_check_zip_item(sck_ckpt *ck, size_t ei, size_t ci, int *summed) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    char what[4600];
+    ck_item_what(ck, e, c, what, sizeof what);
+    if (summed) *summed = 0;
+    int fd;
+    uint64_t fsize;
+    int rc = ck_get_file(ck, c->file, &fd, &fsize);
+    if (rc || (rc = ck_check_window(ck, e, c, fsize))) return rc;
+    item_rd ird = {ck, fd, c, fsize, what};
+    if (e->is_bytes) { /* a byte item may be raw bytes rather than a torch.save archive */
+        uint8_t magic[4] = {0};
+        if (c->length >= 4 && (rc = ck_item_pread(&ird, magic, 4, c->offset))) return rc;
+        if (memcmp(magic, "PK\x03\x04", 4)) return ck_crc_span(&ird, c->offset, c->offset + c->length, &(uint32_t){0});
+    }
+    zip_dir zd;
+    if ((rc = zip_read_dir(ck_item_pread, &ird, c->offset, c->length, what, &zd))) return rc;
+    for (size_t k = 0; k < zd.n && !rc; k++) { /* in directory order: file order, as torch writes them */
+        const zip_rec *z = &zd.rec[k];
+        uint32_t crc = 0;
+        rc = ck_crc32_span(&ird, z->data_off, z->data_off + z->size, &crc);
+        if (!rc && crc != z->crc) rc = ckpt_zip_mismatch(ck, ei, ci, z->name, z->data_off, z->size, z->crc);
+    }
+    zip_dir_free(&zd);
+    if (!rc && summed) *summed = 1;
+    return rc;
 }
 
 int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, uint64_t known_off, uint64_t known_len) {
@@ -118,6 +153,7 @@ int ckpt_check_item(sck_ckpt *ck, size_t ei, size_t ci, const uint8_t *known, ui
     uint64_t fsize;
     int rc = ck_get_file(ck, c->file, &fd, &fsize);
     if (rc || (rc = ck_check_window(ck, e, c, fsize))) return rc;
+    if (!c->has_crc && !c->raw) return ckpt_check_zip_item(ck, ei, ci, NULL);
     item_rd ird = {ck, fd, c, fsize, what};
     uint64_t end = c->offset + c->length;
     uint32_t crc = 0;

@@ -140,7 +140,7 @@ int ck_item_view(item_rd *r, uint64_t off, uint64_t n, const uint8_t **p) {
     return rc_get(&r->ck->rc, r->fd, off, n, lo, hi, r->what, p);
 }
 
-static int item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
+int ck_item_pread(void *ctx, void *buf, size_t n, uint64_t off) {
     item_rd *r = ctx;
     if (n > HEAD_BYTES) return sck_pread_full(r->fd, buf, n, off, r->what);
     const uint8_t *p;
@@ -158,8 +158,41 @@ const int64_t *ck_res_strides(const sck_ckpt *ck, const sck_box *cbox, const ck_
 }
 
 /* Whether resolving chunk c reads its item's headers (zip directory, data.pkl): not for raw payloads,
- * nor for our own items, whose payload offset the model cache records. */
-int ck_resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && !ck->full_resolve); }
+ * nor for our own items, whose payload offset the model cache records.  An item without a CRC-32C
+ * always: its zip CRC-32s are what a read checks. */
+int ck_resolve_reads(const sck_ckpt *ck, const ck_chunk *c) { return !c->raw && !(c->payload && c->has_crc && !ck->full_resolve); }
+
+/* Records where chunk r's storage record lies and its zip CRC-32 (ck->zrecs), replacing what an earlier
+ * resolve of the chunk recorded (sck_ckpt_verify resolves again). */
+static int set_zrec(sck_ckpt *ck, const ck_res *r, const zip_rec *dr, const char *name, const char *what) {
+    size_t k = (size_t)(r - ck->res_pool);
+    if (!ck->zrec_of && !(ck->zrec_of = calloc(ck->res_pool_n, sizeof *ck->zrec_of)))
+        return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+    if (!ck->zrec_of[k]) {
+        if (ck->nzrecs == ck->capzrecs) {
+            size_t cap = ck->capzrecs ? 2 * ck->capzrecs : 16;
+            ck_zrec *p = cap < UINT32_MAX ? realloc(ck->zrecs, cap * sizeof *p) : NULL;
+            if (!p) return sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
+            ck->zrecs = p;
+            ck->capzrecs = cap;
+        }
+        ck->zrec_of[k] = (uint32_t)++ck->nzrecs;
+    }
+    ck_zrec *z = &ck->zrecs[ck->zrec_of[k] - 1];
+    z->off = dr->data_off;
+    z->len = dr->size;
+    z->crc = dr->crc;
+    size_t n = strnlen(name, sizeof z->name - 1); /* cut: the name only serves messages */
+    memcpy(z->name, name, n);
+    z->name[n] = 0;
+    return SCK_OK;
+}
+
+/* Chunk r's storage record (set_zrec), or NULL: an item of ours, or one without storage bytes. */
+const ck_zrec *ck_zrec_of(const sck_ckpt *ck, const ck_res *r) {
+    uint32_t k = ck->zrec_of ? ck->zrec_of[r - ck->res_pool] : 0;
+    return k ? &ck->zrecs[k - 1] : NULL;
+}
 
 /* The table of every chunk's resolution, made on first use. */
 int ck_res_ready(sck_ckpt *ck, const char *key) {
@@ -216,7 +249,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     item_rd ird = {ck, fd, c, fsize, what};
     zip_dir zd;
     memset(&zd, 0, sizeof zd);
-    rc = zip_read_dir(item_pread, &ird, c->offset, c->length, what, &zd);
+    rc = zip_read_dir(ck_item_pread, &ird, c->offset, c->length, what, &zd);
     if (rc) return rc;
     const zip_rec *pk = zip_find(&zd, "data.pkl");
     uint8_t *pkl = NULL;
@@ -234,7 +267,14 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
         rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory", what);
         goto out;
     }
-    if ((rc = item_pread(&ird, pkl, pk->size, pk->data_off))) goto out;
+    if ((rc = ck_item_pread(&ird, pkl, pk->size, pk->data_off))) goto out;
+    /* Without a CRC-32C (torch-written), the zip CRC-32 of each record read is checked: data.pkl here,
+     * before decoding it (a flipped bit then reads as a mismatch, not as what it broke). */
+    int zcheck = ck->verify && !c->has_crc;
+    if (zcheck && sck_crc32(0, pkl, (size_t)pk->size) != pk->crc) {
+        rc = ckpt_zip_mismatch(ck, ei, ci, "data.pkl", pk->data_off, pk->size, pk->crc);
+        goto out;
+    }
     if ((rc = ti_decode_tensor_pkl(pkl, pk->size, what, &t))) goto out;
     if (t.dtype != (sck_dtype)e->dtype) {
         rc = sck_err(SCK_ERR_FORMAT, "%s: stored dtype %s differs from metadata dtype %s", what, sck_dtype_name(t.dtype),
@@ -260,6 +300,7 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
             goto out;
         }
         r->data_off = dr->data_off + (uint64_t)t.storage_offset * elem;
+        if (!c->has_crc && (rc = set_zrec(ck, r, dr, rec, what))) goto out;
     }
     int64_t rm[SCK_MAX_DIMS];
     sck_box cbox;
@@ -283,8 +324,12 @@ int ckpt_resolve_chunk(sck_ckpt *ck, size_t ei, size_t ci, ck_res **out) {
     const zip_rec *bo = zip_find(&zd, "byteorder");
     if (bo) {
         char b[8] = {0};
-        if (bo->size > 6 || (rc = item_pread(&ird, b, bo->size, bo->data_off))) {
+        if (bo->size > 6 || (rc = ck_item_pread(&ird, b, bo->size, bo->data_off))) {
             if (!rc) rc = sck_err(SCK_ERR_FORMAT, "%s: bad byteorder record", what);
+            goto out;
+        }
+        if (zcheck && sck_crc32(0, b, (size_t)bo->size) != bo->crc) {
+            rc = ckpt_zip_mismatch(ck, ei, ci, "byteorder", bo->data_off, bo->size, bo->crc);
             goto out;
         }
         if (!strcmp(b, "big")) r->swap = (uint8_t)(sck_dtype_swap_unit((sck_dtype)e->dtype) > 1 ? sck_dtype_swap_unit((sck_dtype)e->dtype) : 0);
@@ -342,6 +387,24 @@ int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
     }
     return sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
                    (unsigned long long)c->offset, (unsigned long long)(c->offset + c->length), crc, c->crc32c);
+}
+
+int ckpt_zip_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, const char *rec, uint64_t off, uint64_t len, uint32_t want) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[ci];
+    char what[4600], at[400] = "";
+    if (dir_replaced(ck)) {
+        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
+        return ck_replaced_error(ck, what);
+    }
+    ck_item_what(ck, e, c, what, sizeof what);
+    if (!e->is_bytes) {
+        char dims[360];
+        fmt_dims(dims, sizeof dims, e->ndim, ck_chunk_off(e, ci));
+        snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
+    }
+    return sck_err(SCK_ERR_CHECKSUM, "%s%s: record %s (at offset %llu, %llu bytes) does not match its zip CRC-32 (0x%08x)", what, at,
+                   rec, (unsigned long long)off, (unsigned long long)len, want);
 }
 
 /* The O_DIRECT descriptor of file fi, or -1 where the file system refuses O_DIRECT (or the path no

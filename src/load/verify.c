@@ -1,5 +1,6 @@
 /* verify.c - sck_ckpt_verify: read every item of a checkpoint in full and check everything that can be
- * checked without the caller's data: decoding, coverage and checksums. */
+ * checked without the caller's data: decoding, coverage and checksums (CRC-32C, or the zip CRC-32s of
+ * torch-written items). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,11 +33,16 @@ static int check_entry(sck_ckpt *ck, size_t i, sck_box *scratch, sck_verify_stat
     }
     for (size_t c = 0; c < e->nchunks; c++) {
         ck_res *r;
-        /* Bytes first, so a flipped bit reads as a checksum mismatch rather than as whatever it broke. */
-        if ((rc = ckpt_check_item(ck, i, c, NULL, 0, 0))) return rc;
+        /* Bytes first, so a flipped bit reads as a checksum mismatch rather than as whatever it broke:
+         * the item's CRC-32C, or without one (torch-written) the zip CRC-32 of each of its records. */
+        const ck_chunk *ch = &e->chunks[c];
+        int summed = ch->has_crc;
+        if (!ch->has_crc && !ch->raw) rc = ckpt_check_zip_item(ck, i, c, &summed);
+        else rc = ckpt_check_item(ck, i, c, NULL, 0, 0);
+        if (rc) return rc;
         if (!e->is_bytes && (rc = ckpt_resolve_chunk(ck, i, c, &r))) return rc;
         st->chunks++;
-        st->checksummed += e->chunks[c].has_crc != 0;
+        st->checksummed += summed != 0;
         st->bytes += e->chunks[c].length;
     }
     if (e->is_bytes) {
