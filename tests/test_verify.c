@@ -193,6 +193,38 @@ TEST(checksum_absent_as_in_torch_checkpoints_checks_zip_crc32s) {
     sck_ckpt_close(ck);
 }
 
+/* Without a CRC-32C, a byte item whose zip signature is gone (a zeroed block) is refused, never taken
+ * for raw bytes: torch writes every byte item with torch.save. */
+TEST(checksum_absent_byte_item_without_zip_signature_is_refused) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
+    REQUIRE_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
+    REQUIRE_OK(fx_edit_metadata(dir, strip_crcs, NULL));
+    char side[4200];
+    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
+    unlink(side);
+    char file[64];
+    uint64_t off, len;
+    REQUIRE_OK(chunk_at(dir, "other.rng", 0, file, &off, &len));
+    for (int b = 0; b < 4; b++) REQUIRE(fx_flip(dir, file, off + (uint64_t)b, b == 0 ? 'P' : b == 1 ? 'K' : b == 2 ? 3 : 4) == 0);
+    sck_ckpt *ck;
+    REQUIRE_OK(sck_ckpt_open(dir, &ck));
+    CHECK_ERR(sck_ckpt_verify(ck, NULL), SCK_ERR_CHECKSUM, "'other.rng' item at offset");
+    CHECK(strstr(sck_last_error(), "not a torch.save archive (no zip signature) and no CRC-32C vouches for it") != NULL);
+    long i = sck_ckpt_find(ck, "other.rng");
+    REQUIRE(i >= 0);
+    void *data = NULL;
+    size_t n = 0;
+    sck_value *v = NULL;
+    CHECK_ERR(sck_ckpt_read_bytes(ck, (size_t)i, &data, &n, &v), SCK_ERR_CHECKSUM, "'other.rng' item at offset");
+    CHECK(data == NULL && v == NULL);
+    sck_ckpt_close(ck);
+    CHECK(fx_load_version(dir, 0) == -1);
+    CHECK(strstr(sck_last_error(), "not a torch.save archive") != NULL);
+    for (int b = 0; b < 4; b++) REQUIRE(fx_flip(dir, file, off + (uint64_t)b, b == 0 ? 'P' : b == 1 ? 'K' : b == 2 ? 3 : 4) == 0);
+    CHECK(fx_load_version(dir, 0) == 0); /* the signature back: it loads */
+}
+
 static void drop_middle_chunk(struct ck_meta *m, void *ctx) {
     (void)ctx;
     long i = ck_meta_find(m, "model.w");

@@ -12,7 +12,9 @@ int cmd_verify(int argc, char **argv) {
         fprintf(argc == 2 ? stdout : stderr,
                 "usage: shardckpt verify PATH\n"
                 "Reads every chunk of the checkpoint in full and checks that it decodes and matches the metadata's\n"
-                "dtype and shape, that the chunks of each tensor cover it exactly once, and every recorded CRC-32C.\n"
+                "dtype and shape, that the chunks of each tensor cover it exactly once, and every recorded checksum:\n"
+                "the CRC-32C shardckpt stores for each chunk, or, in a torch-written checkpoint (which has none),\n"
+                "the zip CRC-32 of every record in each item's archive.\n"
                 "Exits 0 if all is well, 1 naming the first bad tensor and file.\n");
         return argc == 2 ? 0 : 2;
     }

@@ -21,7 +21,7 @@ static const command COMMANDS[] = {
     {"inspect", "PATH", "what a checkpoint holds: a tree of keys, dtypes, shapes, sizes (--json)", cmd_inspect},
     {"diff", "A B", "entries added, removed and changed between two checkpoints", cmd_diff},
     {"convert", "SRC DST --to FMT", "convert between DCP, safetensors and Hugging Face sharded", cmd_convert},
-    {"verify", "PATH", "read every chunk, check coverage and CRC-32C checksums", cmd_verify},
+    {"verify", "PATH", "read every chunk, check coverage and checksums (CRC-32C, or zip CRC-32)", cmd_verify},
 };
 
 static void usage(FILE *f) {

@@ -246,10 +246,14 @@ int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc);
  * bytes do not match the zip CRC-32 `want` its directory records (SCK_ERR_BUSY where a save replaced
  * the checkpoint meanwhile). */
 int ckpt_zip_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, const char *rec, uint64_t off, uint64_t len, uint32_t want);
+/* SCK_ERR_CHECKSUM for byte entry ei, whose item is not a torch.save archive and has no CRC-32C:
+ * torch writes every byte item with torch.save, so one without the zip signature is damaged (a zeroed
+ * block, say), and nothing could show it otherwise (SCK_ERR_BUSY where a save replaced the checkpoint). */
+int ckpt_unvouched_bytes(const sck_ckpt *ck, size_t ei);
 /* Checks every record of chunk ci's item, a torch.save archive without a CRC-32C (torch-written),
  * against the zip CRC-32 its directory records, reading each record whole.  *summed (may be NULL):
- * 1 if the item is an archive and was checked, 0 if it is a byte item that is not an archive (raw
- * bytes: nothing to check).  Errors: SCK_ERR_CHECKSUM (ckpt_zip_mismatch), SCK_ERR_FORMAT (no
+ * 1 if the item is an archive and was checked.  A byte item that is not an archive is refused
+ * (ckpt_unvouched_bytes).  Errors: SCK_ERR_CHECKSUM (ckpt_zip_mismatch), SCK_ERR_FORMAT (no
  * readable zip directory), SCK_ERR_IO, SCK_ERR_NOMEM. */
 int ckpt_check_zip_item(sck_ckpt *ck, size_t ei, size_t ci, int *summed);
 /* Reads box `want` of entry `ei` into dst (row-major over want). */

@@ -148,8 +148,14 @@ int sck_ckpt_read_bytes(sck_ckpt *ck, size_t i, void **data, size_t *n, sck_valu
     size_t len;
     int rc = ckpt_read_item(ck, i, &raw, &len);
     if (rc) return rc;
-    /* A torch.save archive (zip magic) holding data.pkl is decoded; anything else is raw bytes. */
-    if (len >= 4 && !memcmp(raw, "PK\x03\x04", 4)) {
+    /* A torch.save archive (zip magic) holding data.pkl is decoded; anything else is raw bytes, which
+     * only a CRC-32C can vouch for: torch writes every byte item with torch.save. */
+    int archive = len >= 4 && !memcmp(raw, "PK\x03\x04", 4);
+    if (!archive && !ck->m.e[i].chunks[0].has_crc) {
+        free(raw);
+        return ckpt_unvouched_bytes(ck, i);
+    }
+    if (archive) {
         zip_mem zm = {raw, len};
         zip_dir zd;
         char what[4600];

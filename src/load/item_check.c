@@ -126,10 +126,10 @@ int ckpt_check_zip_item(sck_ckpt *ck, size_t ei, size_t ci, int *summed) {
     int rc = ck_get_file(ck, c->file, &fd, &fsize);
     if (rc || (rc = ck_check_window(ck, e, c, fsize))) return rc;
     item_rd ird = {ck, fd, c, fsize, what};
-    if (e->is_bytes) { /* a byte item may be raw bytes rather than a torch.save archive */
+    if (e->is_bytes) { /* torch writes every byte item as a torch.save archive: raw bytes here are damage */
         uint8_t magic[4] = {0};
         if (c->length >= 4 && (rc = ck_item_pread(&ird, magic, 4, c->offset))) return rc;
-        if (memcmp(magic, "PK\x03\x04", 4)) return ck_crc_span(&ird, c->offset, c->offset + c->length, &(uint32_t){0});
+        if (memcmp(magic, "PK\x03\x04", 4)) return ckpt_unvouched_bytes(ck, ei);
     }
     zip_dir zd;
     if ((rc = zip_read_dir(ck_item_pread, &ird, c->offset, c->length, what, &zd))) return rc;

@@ -407,6 +407,21 @@ int ckpt_zip_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, const char *rec,
                    rec, (unsigned long long)off, (unsigned long long)len, want);
 }
 
+int ckpt_unvouched_bytes(const sck_ckpt *ck, size_t ei) {
+    const ck_entry *e = &ck->m.e[ei];
+    const ck_chunk *c = &e->chunks[0];
+    char what[4600];
+    if (dir_replaced(ck)) {
+        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
+        return ck_replaced_error(ck, what);
+    }
+    ck_item_what(ck, e, c, what, sizeof what);
+    return sck_err(SCK_ERR_CHECKSUM,
+                   "%s: not a torch.save archive (no zip signature) and no CRC-32C vouches for it as raw "
+                   "bytes; torch's loader torch.load()s every byte item, so it is damaged",
+                   what);
+}
+
 /* The O_DIRECT descriptor of file fi, or -1 where the file system refuses O_DIRECT (or the path no
  * longer names the file already open: then buffered reads go on from the first descriptor). */
 int ck_direct_fd(sck_ckpt *ck, uint32_t fi) {

@@ -24,6 +24,7 @@ import values_cases  # noqa: E402  (Python values outside the decoded subset, to
 import t26_cases  # noqa: E402  (torch 2.6: Fabric's FSDP layout, planner_data paths)
 import pt_cases  # noqa: E402  (torch.save .pt files: inspect, a hostile pickle)
 import py_cases  # noqa: E402  (the Python package, python/, on the host)
+import crc_cases  # noqa: E402  (corrupted torch-written checkpoints: zip CRC-32)
 
 REPO = os.path.dirname(os.path.dirname(HERE))
 CLI = os.path.join(REPO, os.environ.get("SCK_BUILD", "build"), "bin", "shardckpt")  # run_all.sh passes make's BUILD
@@ -320,6 +321,7 @@ def main():
                    s.b_fabric_layout)
             s.case("(d) shardckpt inspect of torch's DCP exits 0 and names every key", s.d_inspect_ckt)
             full_cases.add_torch_cases(s, sys.modules[__name__])
+            crc_cases.add_torch_cases(s, sys.modules[__name__])
             values_cases.add_cases(s, sys.modules[__name__])
             py_cases.add_cases(s, sys.modules[__name__])
         else:
