@@ -149,11 +149,10 @@ void st_out_abort(const st_layout *L) {
         if (st_out_path(L, i, 1, p, sizeof p) == SCK_OK) io_unlink(p);
 }
 
-int st_out_begin(const st_layout *L, int do_fsync) {
+int st_out_begin(const st_layout *L) {
     char p[4096];
     int rc = SCK_OK;
     /* An old HF index stays until st_out_commit: while the new files are written the old export is whole. */
-    (void)do_fsync;
     if (L->hf && (rc = ensure_dir(L->path))) return rc;
     for (size_t i = 0; i < L->nfiles && !rc; i++) {
         if ((rc = st_out_path(L, i, 1, p, sizeof p))) break;

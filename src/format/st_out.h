@@ -51,8 +51,9 @@ int st_out_path(const st_layout *L, size_t i, int tmp, char *buf, size_t cap);
 
 /* Step 1 (one process): HF: creates the directory (an old index is left in place: the old export stays
  * whole until step 3).  Creates every temporary file, writes its header and sizes it to its final length.
- * On error, removes what it created.  Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG.  (do_fsync is unused.) */
-int st_out_begin(const st_layout *L, int do_fsync);
+ * On error, removes what it created.  Nothing is fsynced here: step 3 fsyncs the files with their data.
+ * Errors: SCK_ERR_IO, SCK_ERR_INVALID_ARG. */
+int st_out_begin(const st_layout *L);
 /* Step 2 (any process, after step 1): open temporary file i for writing.  Errors: SCK_ERR_IO. */
 int st_out_open(const st_layout *L, size_t i, int *fd);
 /* Step 3 (one process, after every writer closed its files): fsyncs the temporary files; HF: when a

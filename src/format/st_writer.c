@@ -58,7 +58,7 @@ int sck_st_writer_open(const char *path, const sck_st_tensor *t, size_t n, const
     rc = lay_out(w, path, t, n, values, &o);
     if (!rc && !(w->fds = malloc((w->L.nfiles ? w->L.nfiles : 1) * sizeof *w->fds))) rc = sck_err(SCK_ERR_NOMEM, "%s: out of memory", path);
     for (size_t f = 0; !rc && f < w->L.nfiles; f++) w->fds[f] = -1;
-    if (!rc && !(rc = st_out_begin(&w->L, w->do_fsync))) w->committed = 0;
+    if (!rc && !(rc = st_out_begin(&w->L))) w->committed = 0;
     if (rc) {
         sck_st_writer_free(w);
         return rc;

@@ -231,7 +231,7 @@ static int save_full_collective(sck_comm *comm, const char *path, const sck_stat
 
     /* 3: rank 0 creates the temporary files */
     if (!local && rank == 0) {
-        local = st_out_begin(&L, do_fsync);
+        local = st_out_begin(&L);
         began = !local;
         if (!local) local = fault(rank, "create");
     }
