@@ -171,6 +171,16 @@ static void strip_crcs(struct ck_meta *m, void *ctx) {
         for (size_t c = 0; c < m->e[i].nchunks; c++) m->e[i].chunks[c].has_crc = 0;
 }
 
+/* A checkpoint of `ranks` ranks as torch writes one: no CRC-32Cs and no model cache (.metadata.sck). */
+static int save_as_torch_writes(const char *dir, int ranks) {
+    int rc = fx_save(dir, ranks, 0, 0, NULL, NULL);
+    if (!rc) rc = fx_edit_metadata(dir, strip_crcs, NULL);
+    char side[4200];
+    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
+    if (!rc && unlink(side) != 0) rc = SCK_ERR_IO;
+    return rc;
+}
+
 TEST(checksum_absent_as_in_torch_checkpoints_checks_zip_crc32s) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
@@ -198,11 +208,7 @@ TEST(checksum_absent_as_in_torch_checkpoints_checks_zip_crc32s) {
 TEST(checksum_absent_byte_item_without_zip_signature_is_refused) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
-    REQUIRE_OK(fx_save(dir, 2, 0, 0, NULL, NULL));
-    REQUIRE_OK(fx_edit_metadata(dir, strip_crcs, NULL));
-    char side[4200];
-    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
-    unlink(side);
+    REQUIRE_OK(save_as_torch_writes(dir, 2));
     char file[64];
     uint64_t off, len;
     REQUIRE_OK(chunk_at(dir, "other.rng", 0, file, &off, &len));
@@ -262,11 +268,7 @@ TEST(verify_reports_holes_and_load_reads_only_covered_boxes) {
 TEST(checksum_absent_zip_crc32_refuses_every_record_flip) {
     char dir[4096];
     snprintf(dir, sizeof dir, "%s/ck", th_tmpdir());
-    REQUIRE_OK(fx_save(dir, 3, 0, 0, NULL, NULL));
-    REQUIRE_OK(fx_edit_metadata(dir, strip_crcs, NULL));
-    char side[4200];
-    snprintf(side, sizeof side, "%s/.metadata.sck", dir);
-    unlink(side); /* as torch writes it: no model cache */
+    REQUIRE_OK(save_as_torch_writes(dir, 3));
     char file[64];
     uint64_t off, len;
     REQUIRE_OK(chunk_at(dir, "model.w", 1, file, &off, &len));

@@ -371,55 +371,51 @@ int ck_replaced_error(const sck_ckpt *ck, const char *what) {
     return sck_err(SCK_ERR_BUSY, "%s: replaced by another save while this load read it (%s); load it again", ck->dir, what);
 }
 
-int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
+/* The start of a checksum error for chunk ci of entry ei: `what` names file, key and item offset, `at`
+ * the chunk's place in its tensor ("" for byte items).  Where a save replaced the checkpoint meanwhile,
+ * that is the error instead: SCK_ERR_BUSY, returned here, and the caller passes it on. */
+static int mismatch_where(const sck_ckpt *ck, size_t ei, size_t ci, char *what, size_t wcap, char at[400]) {
     const ck_entry *e = &ck->m.e[ei];
     const ck_chunk *c = &e->chunks[ci];
-    char what[4600], at[400] = "";
+    at[0] = 0;
     if (dir_replaced(ck)) {
-        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
+        snprintf(what, wcap, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
         return ck_replaced_error(ck, what);
     }
-    ck_item_what(ck, e, c, what, sizeof what);
+    ck_item_what(ck, e, c, what, wcap);
     if (!e->is_bytes) {
         char dims[360];
         fmt_dims(dims, sizeof dims, e->ndim, ck_chunk_off(e, ci));
-        snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
+        snprintf(at, 400, " (chunk %zu at %s)", ci, dims);
     }
+    return SCK_OK;
+}
+
+int ckpt_crc_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, uint32_t crc) {
+    const ck_chunk *c = &ck->m.e[ei].chunks[ci];
+    char what[4600], at[400];
+    int rc = mismatch_where(ck, ei, ci, what, sizeof what, at);
+    if (rc) return rc;
     return sck_err(SCK_ERR_CHECKSUM, "%s%s: bytes [%llu, %llu) have CRC-32C 0x%08x, .metadata records 0x%08x", what, at,
                    (unsigned long long)c->offset, (unsigned long long)(c->offset + c->length), crc, c->crc32c);
 }
 
 int ckpt_zip_mismatch(const sck_ckpt *ck, size_t ei, size_t ci, const char *rec, uint64_t off, uint64_t len, uint32_t want) {
-    const ck_entry *e = &ck->m.e[ei];
-    const ck_chunk *c = &e->chunks[ci];
-    char what[4600], at[400] = "";
-    if (dir_replaced(ck)) {
-        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
-        return ck_replaced_error(ck, what);
-    }
-    ck_item_what(ck, e, c, what, sizeof what);
-    if (!e->is_bytes) {
-        char dims[360];
-        fmt_dims(dims, sizeof dims, e->ndim, ck_chunk_off(e, ci));
-        snprintf(at, sizeof at, " (chunk %zu at %s)", ci, dims);
-    }
+    char what[4600], at[400];
+    int rc = mismatch_where(ck, ei, ci, what, sizeof what, at);
+    if (rc) return rc;
     return sck_err(SCK_ERR_CHECKSUM, "%s%s: record %s (at offset %llu, %llu bytes) does not match its zip CRC-32 (0x%08x)", what, at,
                    rec, (unsigned long long)off, (unsigned long long)len, want);
 }
 
 int ckpt_unvouched_bytes(const sck_ckpt *ck, size_t ei) {
-    const ck_entry *e = &ck->m.e[ei];
-    const ck_chunk *c = &e->chunks[0];
-    char what[4600];
-    if (dir_replaced(ck)) {
-        snprintf(what, sizeof what, "'%s' in %s no longer matches .metadata", e->key, ck->m.files[c->file]);
-        return ck_replaced_error(ck, what);
-    }
-    ck_item_what(ck, e, c, what, sizeof what);
+    char what[4600], at[400];
+    int rc = mismatch_where(ck, ei, 0, what, sizeof what, at);
+    if (rc) return rc;
     return sck_err(SCK_ERR_CHECKSUM,
-                   "%s: not a torch.save archive (no zip signature) and no CRC-32C vouches for it as raw "
+                   "%s%s: not a torch.save archive (no zip signature) and no CRC-32C vouches for it as raw "
                    "bytes; torch's loader torch.load()s every byte item, so it is damaged",
-                   what);
+                   what, at);
 }
 
 /* The O_DIRECT descriptor of file fi, or -1 where the file system refuses O_DIRECT (or the path no
