@@ -341,6 +341,21 @@ SCK_API int sck_state_add_replicated(sck_state *st, const char *key, sck_dtype d
 SCK_API int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t n);
 
 /**
+ * Adds a byte entry stored as exactly the `n` bytes at `data` (copied): the
+ * item in the data file is those bytes, not a torch.save archive of them as
+ * sck_state_add_blob makes.  For bytes another writer serialized already,
+ * chiefly the torch.save archive torch's SavePlanner hands a StorageWriter
+ * for each non-tensor item (python/shardckpt/torch.py): torch's DCP loader
+ * torch.loads the item, shardckpt's loader decodes it as a value (load it
+ * with sck_state_add_value(st, key, NULL)).  Its CRC-32C is recorded like
+ * every item's.  The entry never goes to meta.pt (SCK_SAVE_FABRIC keeps it a
+ * DCP item); sck_save_full decodes it and stores its value.  Replicated like
+ * blobs: every rank that saves `key` must add it this way.  Save only.
+ * Errors: SCK_ERR_INVALID_ARG (duplicate key; NULL data or n == 0), SCK_ERR_NOMEM.
+ */
+SCK_API int sck_state_add_item_bytes(sck_state *st, const char *key, const void *data, size_t n);
+
+/**
  * Adds a JSON-like value, taking ownership of `v` (also on failure).  For load,
  * pass v=NULL to request the value; read it after sck_load with sck_state_value.
  * Values are replicated like blobs.

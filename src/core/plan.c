@@ -50,7 +50,8 @@ typedef struct keyidx {
 static int cmp_keyidx(const void *a, const void *b) { return strcmp(((const keyidx *)a)->key, ((const keyidx *)b)->key); }
 
 /* 1 if entry e goes to meta.pt in the Fabric layout: a value or blob at the top of the state dict. */
-int plan_in_meta_pt(const st_entry *e) { return e->kind != ENT_TENSOR && kp_count(e->path, e->path_len, e->key) == 1; }
+/* A verbatim item stays a DCP item: meta.pt is one pickle of plain values, and the item may hold any object. */
+int plan_in_meta_pt(const st_entry *e) { return e->kind != ENT_TENSOR && !e->verbatim && kp_count(e->path, e->path_len, e->key) == 1; }
 
 int plan_encode_local(const sck_state *st, int fabric, sck_buf *out) {
     size_t n = st->n;

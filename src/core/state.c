@@ -300,6 +300,16 @@ int sck_state_add_blob(sck_state *st, const char *key, const void *data, size_t 
     return SCK_OK;
 }
 
+int sck_state_add_item_bytes(sck_state *st, const char *key, const void *data, size_t n) {
+    if (!data || !n) {
+        int rc = check_key(key);
+        return rc ? rc : sck_err(SCK_ERR_INVALID_ARG, "%s: an item of %zu bytes at %p: an item needs bytes", key, n, data);
+    }
+    int rc = sck_state_add_blob(st, key, data, n);
+    if (!rc) state_find(st, key)->verbatim = 1;
+    return rc;
+}
+
 int sck_state_add_value(sck_state *st, const char *key, sck_value *v) {
     int rc = check_key(key);
     if (rc || !st || state_find(st, key)) {

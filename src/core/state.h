@@ -28,6 +28,8 @@ typedef struct st_entry {
     int present;
     uint8_t *blob;
     size_t blob_n;
+    int verbatim;        /* blob: its bytes are the stored item itself (sck_state_add_item_bytes), not
+                          * wrapped in a torch.save archive of bytes */
     sck_value *value;
     int loaded;
     uint8_t *path;       /* sck_state_set_path's path, encoded (src/key_path.h); NULL: the default */

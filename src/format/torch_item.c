@@ -359,6 +359,18 @@ int ti_archive_pkl(const uint8_t *data, size_t len, const char *what, zip_dir *d
     return SCK_OK;
 }
 
+/* The value a torch.save archive held whole in data[0, len) holds (ti_archive_pkl, then
+ * ti_decode_value_pkl). */
+int ti_archive_value(const uint8_t *data, size_t len, const char *what, sck_value **out) {
+    zip_dir d;
+    const zip_rec *pk;
+    *out = NULL;
+    int rc = ti_archive_pkl(data, len, what, &d, &pk);
+    if (!rc) rc = ti_decode_value_pkl(data + pk->data_off, (size_t)pk->size, what, out);
+    zip_dir_free(&d);
+    return rc;
+}
+
 /* ---- plain values ---- */
 
 /* Every global is accepted while parsing: pk_parse only records (module, name) and never imports or

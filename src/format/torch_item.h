@@ -46,6 +46,9 @@ int ti_allow_tensor(void *ctx, const char *module, const char *name);
  * data.pkl against its zip CRC-32.  `what` names the archive in errors.
  * Errors: zip_read_dir's, SCK_ERR_FORMAT (no data.pkl), SCK_ERR_CHECKSUM (data.pkl does not match). */
 int ti_archive_pkl(const uint8_t *data, size_t len, const char *what, zip_dir *dir, const zip_rec **pkl);
+/* The value (as ti_decode_value_pkl decodes it) of the torch.save archive held whole in data[0, len).
+ * Errors: ti_archive_pkl's, ti_decode_value_pkl's. */
+int ti_archive_value(const uint8_t *data, size_t len, const char *what, sck_value **out);
 /* Decodes a pickle (a torch.save archive's data.pkl, meta.pt's, ...) holding a Python object into a
  * value: None, bool, int (beyond int64: SCK_VAL_BIGINT), float, str, bytes (and bytearray), list,
  * tuple (SCK_VAL_TUPLE), dict and OrderedDict (a dict; int keys become their decimal strings).  Any

@@ -17,6 +17,7 @@
 #include "comm/comm.h"
 #include "io/fileio.h"
 #include "core/plan.h"
+#include "format/torch_item.h"
 #include "save/save_full.h"
 #include "format/st_meta.h"
 #include "format/st_out.h"
@@ -39,11 +40,15 @@ static int encode_values(const save_plan *p, int rank, const sck_state *st, sck_
         if (!e->is_bytes) continue;
         const st_entry *se = state_find(st, e->key);
         if (!se) return sck_err(SCK_ERR_INVALID_ARG, "'%s': missing from the local state", e->key);
-        sck_value *blob = se->kind == ENT_BLOB ? sck_value_bytes(se->blob, se->blob_n) : NULL;
-        if (se->kind == ENT_BLOB && !blob) return sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+        sck_value *blob = NULL;
+        int rc = SCK_OK;
+        if (se->kind == ENT_BLOB && se->verbatim) rc = ti_archive_value(se->blob, se->blob_n, e->key, &blob); /* torch's item: its value */
+        else if (se->kind == ENT_BLOB && !(blob = sck_value_bytes(se->blob, se->blob_n))) rc = sck_err(SCK_ERR_NOMEM, "'%s': out of memory", e->key);
+        if (rc) return rc;
         char *text;
         size_t tl;
-        int is_json, rc = st_meta_text(blob ? blob : se->value, e->key, &text, &tl, &is_json);
+        int is_json;
+        rc = st_meta_text(blob ? blob : se->value, e->key, &text, &tl, &is_json);
         sck_value_free(blob);
         if (rc) return rc;
         size_t kl = strlen(e->key);

@@ -22,13 +22,15 @@
 #include "core/plan.h"
 #include "io/wstream.h"
 
-/* One item of this rank's data file: the archive's data.pkl and, for tensors, the payload. */
+/* One item of this rank's data file: the archive's data.pkl and, for tensors, the payload; or, for a
+ * verbatim item, its bytes. */
 typedef struct save_src {
     size_t pkl_off, pkl_len;  /* in save_job.pkls (items with equal data.pkl share one copy) */
     uint32_t pkl_crc;         /* its CRC-32 (zip's), computed once per copy */
     const uint8_t *payload;   /* caller's buffer, or inside the snapshot; NULL for bytes/values */
     uint64_t plen;
     int dev;                  /* payload is a device address (streamed through staging: save_device.c) */
+    int verbatim;             /* the payload is the whole item (sck_state_add_item_bytes): no archive */
     const char *key;          /* the tensor's key, for the messages of device copies */
 } save_src;
 

@@ -259,6 +259,12 @@ int save_prepare_items(save_job *j, const sck_state *st) {
             rc = ti_encode_tensor_pkl(&j->pkls, se->dtype, se->ndim, pc->box.size);
             if (rc) rc = sck_err(rc, "'%s': out of memory", se->key);
             last = se, last_box = &pc->box, last_off = at, last_len = j->pkls.len - at;
+        } else if (se->kind == ENT_BLOB && se->verbatim) {
+            s->payload = se->blob;
+            s->plen = se->blob_n;
+            s->verbatim = 1;
+            s->key = se->key;
+            continue;
         } else if (se->kind == ENT_BLOB) {
             /* Blobs are stored as torch.save(bytes) so torch's DCP loader (torch.load per item) reads them too. */
             sck_value *b = sck_value_bytes(se->blob, se->blob_n);
@@ -331,6 +337,18 @@ static int write_archive(wstream *w, const char *path, const uint8_t *pkls, cons
     rec[2] = c;
     rec[3] = big != SIZE_MAX ? zp.payload_off[big] : 0;
     zip_plan_free(&zp);
+    return rc;
+}
+
+/* A verbatim item: its bytes as they are, at a 64-byte boundary as torch's archives are. */
+static int write_verbatim(wstream *w, const save_src *s, uint64_t *rec) {
+    uint64_t pad = (ITEM_ALIGN - ws_pos(w) % ITEM_ALIGN) % ITEM_ALIGN;
+    int rc = pad ? ws_append_const(w, zip_pad, pad) : SCK_OK;
+    rec[0] = ws_pos(w);
+    rec[1] = s->plen;
+    if (!rc) rc = ws_append(w, s->payload, s->plen, 1);
+    rec[2] = sck_crc32c(0, s->payload, (size_t)s->plen);
+    rec[3] = 0;
     return rc;
 }
 
@@ -417,7 +435,8 @@ int save_write_file(save_job *j) {
     int rc = ws_open(&w, path, &o);
     if (rc) return rc;
     for (size_t i = 0; i < j->plan.nitems[j->rank] && !rc; i++)
-        rc = j->src[i].dev ? write_archive_dev(j, w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i])
+        rc = j->src[i].verbatim ? write_verbatim(w, &j->src[i], &j->recs[SAVE_REC * i])
+             : j->src[i].dev    ? write_archive_dev(j, w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i])
                            : write_archive(w, path, j->pkls.data, &j->src[i], &j->recs[SAVE_REC * i]);
     if (rc) {
         ws_abort(w);
