@@ -33,6 +33,26 @@ class VerifyStats(ctypes.Structure):
                 ("bytes", ctypes.c_uint64)]
 
 
+class SaveOpts(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint), ("staging_mib", ctypes.c_uint), ("reserved", ctypes.c_uint * 6)]
+
+
+SAVE_NO_FSYNC, SAVE_DIRECT_IO = 0x1, 0x2
+ERR_INVALID_ARG, ERR_COMM = -1, -10
+
+# sck_comm_ops: the callbacks of a communication backend (shardckpt.torch builds one over torch.distributed).
+ALLGATHERV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
+                              ctypes.POINTER(ctypes.c_void_p), ctypes.POINTER(ctypes.c_size_t))
+BCAST = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.POINTER(ctypes.c_void_p),
+                         ctypes.POINTER(ctypes.c_size_t), ctypes.c_int)
+BARRIER = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p)
+DESTROY = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+
+class CommOps(ctypes.Structure):
+    _fields_ = [("allgatherv", ALLGATHERV), ("bcast", BCAST), ("barrier", BARRIER), ("destroy", DESTROY)]
+
+
 def _candidates():
     env = os.environ.get("SHARDCKPT_LIBRARY")
     if env:
@@ -82,10 +102,33 @@ _SIGS = {
     "sck_value_len": (_SZ, [_P]),
     "sck_value_at": (_P, [_P, _SZ]),
     "sck_value_key_at": (_CP, [_P, _SZ]),
+    "sck_dtype_from_name": (_I, [_CP, ctypes.POINTER(_I)]),
+    "sck_comm_create": (_P, [ctypes.POINTER(CommOps), _P, _I, _I]),
+    "sck_comm_single": (_P, []),
+    "sck_comm_free": (None, [_P]),
+    "sck_comm_agree": (_I, [_P, _I]),
+    "sck_state_new": (_P, []),
+    "sck_state_free": (None, [_P]),
+    "sck_state_add_box": (_I, [_P, _CP, _I, _I, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                               ctypes.POINTER(ctypes.c_int64), _P]),
+    "sck_state_add_replicated": (_I, [_P, _CP, _I, _I, ctypes.POINTER(ctypes.c_int64), _P]),
+    "sck_state_add_item_bytes": (_I, [_P, _CP, _P, _SZ]),
+    "sck_state_set_path": (_I, [_P, _CP, _P]),
+    "sck_save": (_I, [_P, _CP, _P, ctypes.POINTER(SaveOpts)]),
+    "sck_value_list": (_P, []),
+    "sck_value_int": (_P, [ctypes.c_int64]),
+    "sck_value_string_n": (_P, [_CP, _SZ]),
+    "sck_value_list_append": (_I, [_P, _P]),
 }
 for _name, (_res, _args) in _SIGS.items():
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
 
-libc_free = ctypes.CDLL(None).free
+# sck_err is variadic: called as lib.sck_err(status, b"%s", message), with no argtypes.
+lib.sck_err.restype = _I
+
+_libc = ctypes.CDLL(None)
+libc_free = _libc.free
 libc_free.restype, libc_free.argtypes = None, [_P]
+libc_malloc = _libc.malloc  # buffers the library frees (a backend's allgatherv/bcast results)
+libc_malloc.restype, libc_malloc.argtypes = _P, [_SZ]

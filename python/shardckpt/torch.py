@@ -1,7 +1,12 @@
 """torch.distributed.checkpoint storage for shardckpt (torch 2.x).
 
     import torch.distributed.checkpoint as dcp, shardckpt.torch
+    dcp.save(state_dict, storage_writer=shardckpt.torch.FileSystemWriter("ckpt/step-100"))
     dcp.load(state_dict, storage_reader=shardckpt.torch.FileSystemReader("ckpt/step-100"))
+
+FileSystemWriter writes through libshardckpt's save engine (sck_save): one data file per rank, tensors written
+straight from their memory at aligned offsets by the library's writer threads, a CRC-32C per item, and an
+atomic commit (the directory appears whole or not at all), in the DCP format torch's own reader loads.
 
 FileSystemReader reads any DCP directory (torch's or shardckpt's; also a safetensors file or a Hugging Face
 sharded directory) with libshardckpt's metadata reader, which decodes `.metadata` without running its
@@ -10,6 +15,7 @@ tensor when that is a contiguous CPU tensor of the same dtype, checking the CRC-
 checksum `.metadata` records (shardckpt-written checkpoints).  A mismatch raises shardckpt.Error
 SCK_ERR_CHECKSUM naming the file, key and item offset, before torch sees any of the item's bytes.
 """
+import ctypes
 import io
 import os
 import uuid
@@ -17,13 +23,17 @@ import uuid
 import torch
 from torch.distributed.checkpoint.metadata import (BytesStorageMetadata, ChunkStorageMetadata, Metadata,
                                                    StorageMeta, TensorProperties, TensorStorageMetadata)
-from torch.distributed.checkpoint.planner import LoadItemType
-from torch.distributed.checkpoint.storage import StorageReader
+import torch.distributed as dist
+from torch.distributed.checkpoint.filesystem import _StorageInfo
+from torch.distributed.checkpoint.planner import LoadItemType, WriteItemType
+from torch.distributed.checkpoint.storage import StorageReader, StorageWriter, WriteResult
 from torch.futures import Future
 
 import shardckpt
+from . import _capi
+from ._torch_comm import TorchComm
 
-__all__ = ["FileSystemReader", "metadata_of"]
+__all__ = ["FileSystemReader", "FileSystemWriter", "metadata_of"]
 
 
 def _dcp_entries(ck):
@@ -126,3 +136,201 @@ class FileSystemReader(StorageReader):
         fut = Future()
         fut.set_result(None)
         return fut
+
+
+def _sck_dtype(dtype, key):
+    code = ctypes.c_int()
+    name = str(dtype).replace("torch.", "")
+    if _capi.lib.sck_dtype_from_name(name.encode(), ctypes.byref(code)) != 0:
+        raise TypeError(f"shardckpt: '{key}': dtype {dtype} has no DCP form shardckpt knows")
+    return code.value
+
+
+def _i64s(values):
+    values = tuple(int(x) for x in values)
+    return (ctypes.c_int64 * max(len(values), 1))(*values)
+
+
+def _path_value(path):
+    """An sck_value list of a torch flattening path (str dict keys, int list positions); caller frees."""
+    lib = _capi.lib
+    v = lib.sck_value_list()
+    for p in path:
+        if isinstance(p, int):
+            item = lib.sck_value_int(p)
+        else:
+            b = str(p).encode("utf-8", "surrogateescape")
+            item = lib.sck_value_string_n(b, len(b))
+        if not v or not item or lib.sck_value_list_append(v, item) != 0:
+            lib.sck_value_free(v)
+            raise MemoryError("shardckpt: out of memory")
+    return v
+
+
+class _SaveState:
+    """The sck_state of one rank's write_data, and the tensors whose memory it points into."""
+
+    def __init__(self):
+        self.h = _capi.lib.sck_state_new()
+        if not self.h:
+            raise MemoryError("shardckpt: out of memory")
+        self.keep = []
+
+    def add(self, item, data, path):
+        lib, key = _capi.lib, item.index.fqn
+        k = key.encode("utf-8", "surrogateescape")
+        if item.type == WriteItemType.BYTE_IO:
+            buf = data.getbuffer()  # torch.save's archive, stored as it is
+            shardckpt._check(lib.sck_state_add_item_bytes(self.h, k, (ctypes.c_char * len(buf)).from_buffer(buf),
+                                                          len(buf)))
+            self.keep.append(buf)
+        else:
+            t = data.detach()
+            if t.device.type != "cpu":
+                t = t.cpu()
+            if not t.is_contiguous():
+                t = t.contiguous()
+            td = item.tensor_data
+            dt = _sck_dtype(t.dtype, key)
+            if tuple(t.shape) != tuple(td.chunk.sizes):
+                raise ValueError(f"shardckpt: '{key}': the planner's tensor has shape {list(t.shape)}, "
+                                 f"its chunk {list(td.chunk.sizes)}")
+            self.keep.append(t)
+            ptr = t.data_ptr() if t.numel() else None
+            if item.type == WriteItemType.TENSOR:  # a whole tensor: written once whichever ranks hold it
+                rc = lib.sck_state_add_replicated(self.h, k, dt, t.dim(), _i64s(td.size), ptr)
+            else:
+                rc = lib.sck_state_add_box(self.h, k, dt, len(td.size), _i64s(td.size), _i64s(td.chunk.offsets),
+                                           _i64s(td.chunk.sizes), ptr)
+            shardckpt._check(rc)
+        # torch's flattening path (planner.mappings), recorded as .metadata's planner_data; one that
+        # does not spell the key (a custom planner's) is left out, and the key gets its default path.
+        if path is not None and ".".join(str(p) for p in path) == key:
+            v = _path_value(path)
+            try:
+                rc = lib.sck_state_set_path(self.h, k, v)
+            finally:
+                lib.sck_value_free(v)
+            shardckpt._check(rc)
+
+    def close(self):
+        if self.h:
+            _capi.lib.sck_state_free(self.h)
+            self.h = None
+        self.keep = []
+
+
+class FileSystemWriter(StorageWriter):
+    """A torch.distributed.checkpoint StorageWriter over libshardckpt's save engine (see the module's doc).
+
+    path: the checkpoint directory (created; its parent directories too).  Saving over an existing
+    checkpoint replaces it whole once the new one is complete; the directory may then hold only
+    checkpoint files (.metadata, .metadata.sck, *.distcp), or the save fails with SCK_ERR_INVALID_ARG.
+    sync_files: fsync the data files, .metadata and the directories before the save returns (default).
+    overwrite: False refuses a directory that holds a checkpoint already (RuntimeError), as torch's does.
+    direct_io: write the data files with O_DIRECT (bypassing the page cache; falls back where refused).
+    staging_mib: size of each of the writer's two staging buffers (0: the library's 64 MiB).
+    process_group: the group dcp.save runs on, when not the default one (dcp.save(process_group=...)).
+    single_file_per_rank, thread_count, per_thread_copy_ahead: accepted for torch's signature; every rank
+    writes one file (__RANK_0.distcp), with the library's own writer threads.
+    """
+
+    def __init__(self, path, single_file_per_rank=True, sync_files=True, thread_count=1,
+                 per_thread_copy_ahead=10_000_000, overwrite=True, *, direct_io=False, staging_mib=0,
+                 process_group=None):
+        super().__init__()
+        if not single_file_per_rank:
+            raise ValueError("shardckpt.torch.FileSystemWriter writes one file per rank "
+                             "(single_file_per_rank=False is not supported)")
+        self.path = os.fspath(path)
+        self.sync_files, self.overwrite, self.direct_io = sync_files, overwrite, direct_io
+        self.staging_mib, self.process_group = staging_mib, process_group
+        self.save_id = str(uuid.uuid4())
+
+    def reset(self, checkpoint_id=None):
+        if checkpoint_id:
+            self.path = os.fspath(checkpoint_id)
+        self.save_id = str(uuid.uuid4())
+
+    @property
+    def checkpoint_id(self):
+        return self.path
+
+    @classmethod
+    def validate_checkpoint_id(cls, checkpoint_id):
+        p = os.path.abspath(os.fspath(checkpoint_id))
+        if "://" in os.fspath(checkpoint_id):
+            return False
+        parent = os.path.dirname(p)
+        while parent and not os.path.exists(parent):
+            parent = os.path.dirname(parent)
+        return bool(parent) and os.access(parent, os.W_OK)
+
+    def storage_meta(self):
+        return StorageMeta(checkpoint_id=self.path, save_id=self.save_id)
+
+    def set_up_storage_writer(self, is_coordinator):
+        pass
+
+    def prepare_local_plan(self, plan):
+        if os.path.exists(os.path.join(self.path, ".metadata")):
+            if not self.overwrite:
+                raise RuntimeError(f"Checkpoint already exists and self.overwrite={self.overwrite}.")
+        parent = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(parent, exist_ok=True)  # sck_save creates the directory itself, atomically
+        return plan
+
+    def prepare_global_plan(self, plans):
+        return plans
+
+    def write_data(self, plan, planner):
+        paths = getattr(planner, "mappings", None) or {}
+        comm = TorchComm(self.process_group) if dist.is_available() and dist.is_initialized() else None
+        handle = comm.handle if comm else _capi.lib.sck_comm_single()
+        st = _SaveState()
+        try:
+            try:
+                for item in plan.items:
+                    st.add(item, planner.resolve_data(item), paths.get(item.index.fqn))
+            except BaseException as e:
+                # The other ranks are in sck_save: give them this rank's failure there, then raise it here.
+                status = e.status if isinstance(e, shardckpt.Error) and isinstance(e.status, int) else _capi.ERR_INVALID_ARG
+                _capi.lib.sck_err(status, b"%s", f"{self.path}: {e}".encode("utf-8", "replace"))
+                _capi.lib.sck_comm_agree(handle, status)
+                raise
+            opts = _capi.SaveOpts()
+            opts.flags = (0 if self.sync_files else _capi.SAVE_NO_FSYNC) | (_capi.SAVE_DIRECT_IO if self.direct_io else 0)
+            opts.staging_mib = self.staging_mib
+            shardckpt._check(_capi.lib.sck_save(handle, os.fsencode(self.path), st.h, ctypes.byref(opts)))
+        finally:
+            st.close()
+            if comm:
+                comm.close()
+            else:
+                _capi.lib.sck_comm_free(handle)
+        fut = Future()
+        fut.set_result(self._results(plan))
+        return fut
+
+    def _results(self, plan):
+        """torch's WriteResults for this rank's items: where the committed checkpoint holds each."""
+        with shardckpt.open(self.path) as ck:
+            out = []
+            for item in plan.items:
+                e = ck[item.index.fqn]
+                c = e.chunks[0]
+                if item.type != WriteItemType.BYTE_IO:
+                    want = tuple(item.tensor_data.chunk.offsets)
+                    c = next((c for c in e.chunks if tuple(c.offsets) == want), c)
+                out.append(WriteResult(index=item.index, size_in_bytes=c.length,
+                                       storage_data=_StorageInfo(c.file, c.offset, c.length)))
+            return out
+
+    def finish(self, metadata, results):
+        """The checkpoint is committed already (sck_save wrote .metadata with CRC-32Cs and renamed the
+        directory into place); this fills in the Metadata dcp.save returns, as torch's writer does."""
+        storage_md = {}
+        for wr_list in results:
+            storage_md.update({wr.index: wr.storage_data for wr in wr_list})
+        metadata.storage_data = storage_md
+        metadata.storage_meta = self.storage_meta()

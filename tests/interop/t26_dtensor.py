@@ -17,7 +17,7 @@ usage: t26_dtensor.py save DIR NRANKS         dcp.save of STATE's DTensors (Shar
 import os
 import sys
 
-from t26_ranks import launch, load_args, rank_report, tensor_dict_problems
+from t26_ranks import launch, load_args, save_args, rank_report, tensor_dict_problems
 
 ROWS, COLS = (7, 5), (4, 9)  # 7 rows over 2-4 ranks: uneven shards
 
@@ -92,7 +92,7 @@ def dtensor_rank(mode, path, swap):
     rank, n = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (n,))
     if mode == "save":
-        dcp.save(state(mesh, True), checkpoint_id=path)
+        dcp.save(state(mesh, True), **save_args(path))
         dist.barrier()
         print(f"rank {rank}: saved rows {list(state(mesh, True)['model']['rows'].to_local().shape)} of {list(ROWS)}")
         return 0
@@ -157,7 +157,7 @@ def resume_rank(mode, path, want_path):
         opt = torch.optim.Adam(m.parameters(), lr=0.01, betas=(0.8, 0.95))
         train(m, opt, range(3))
         msd, osd = get_state_dict(m, opt)
-        dcp.save({"model": msd, "optimizer": osd, "step": 3}, checkpoint_id=path)
+        dcp.save({"model": msd, "optimizer": osd, "step": 3}, **save_args(path))
         train(m, opt, range(3, 5))  # the uninterrupted run
         want = full_params_and_moments(m, opt)
         if rank == 0:

@@ -17,7 +17,7 @@ torch's bits* dtypes are left out: torch 2.6's DCP planner cannot size them (tor
 import os
 import sys
 
-from t26_ranks import load_args
+from t26_ranks import load_args, save_args
 
 DTYPES = ["float32", "float64", "float16", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "bool",
           "complex64", "complex128", "complex32", "uint16", "uint32", "uint64",
@@ -58,11 +58,11 @@ def save(d, big, st_only=False):
         real = sys.byteorder
         sys.byteorder = "big"
         try:
-            dcp.save(sd, checkpoint_id=d)
+            dcp.save(sd, **save_args(d))
         finally:
             sys.byteorder = real
     else:
-        dcp.save(sd, checkpoint_id=d)
+        dcp.save(sd, **save_args(d))
     print(f"saved {len(sd)} dtypes to {d}{' (big-endian items)' if big else ''}")
     return 0
 

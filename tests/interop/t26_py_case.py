@@ -12,12 +12,19 @@
 - (t) python reads shardckpt: the CLI's CRC-32C-carrying re-saves of those (2 and 3 ranks) load the same
   way; so do every dtype's and a safetensors file's tensors (equal to safetensors' load_file); the same DCP
   with one tensor byte flipped is refused with SCK_ERR_CHECKSUM naming the key.
+- (t) python writes: dcp.save through shardckpt.torch.FileSystemWriter (sck_save over a torch.distributed comm):
+  DTensor saves on 1, 3, 4 ranks load with torch's own reader on 4, 2, 3 ranks (and with shardckpt's) bit for
+  bit, every item CRC-32C-checked by `shardckpt verify`; every dtype; an FSDP Module + Adam get_state_dict
+  saved on 2 ranks resumes on 2 and 1 ranks exactly; torch's writer and ours give the same state and
+  .metadata (t26_pywriter.py like-torch); failing saves raise on every rank, none hanging, and leave the
+  checkpoint before them (t26_pywriter.py failures).
 
 usage: add_cases(s, ri, in_root) from t26_cases.add_cases.
 """
 import glob
 import json
 import os
+import re
 import shutil
 import subprocess
 
@@ -89,6 +96,32 @@ def reads_shardckpt(ri, w):
     return out + t26_cases.py26(ri, "t26_pyreader.py", "refuse", bad, "model.rows", env=env)
 
 
+def writes(ri, w):
+    env = install(ri, w)
+    site = next(e.split("=", 1)[1] for e in env if e.startswith("SCK_T26_PYSITE="))
+    wenv = ["SCK_T26_WRITER=shardckpt", f"SCK_T26_WRITE_SITE={site}"] + [e for e in env if e.startswith("LD_LIBRARY_PATH=")]
+    out = ""
+    for n_save, n_load, how in ((1, 4, "swap"), (3, 2, "same"), (4, 3, "swap")):
+        d = os.path.join(w, f"ours{n_save}")
+        out += t26_cases.py26(ri, "t26_dtensor.py", "save", d, str(n_save), env=wenv)
+        out += t26_cases.py26(ri, "t26_dtensor.py", "load", d, str(n_load), how)  # torch's own reader
+        out += t26_cases.py26(ri, "t26_dtensor.py", "load", d, str(n_save), "same", env=env)  # shardckpt's
+        v = ri.run([ri.CLI, "verify", d])
+        m = re.search(r"(\d+) chunks \((\d+) with checksums\)", v)
+        if not m or m.group(1) != m.group(2):
+            raise ri.Failure(f"{d}: not every item carries a CRC-32C: {v}")
+        out += f"{d}: {v.strip()}\n"
+    d = os.path.join(w, "dtypes")
+    out += t26_cases.py26(ri, "t26_dtypes.py", "save", d, env=wenv)
+    out += t26_cases.py26(ri, "t26_dtypes.py", "load", d)
+    t = os.path.join(w, "train")
+    out += t26_cases.py26(ri, "t26_dtensor.py", "train-save", t, "2", env=wenv)
+    for n in ("2", "1"):
+        out += t26_cases.py26(ri, "t26_dtensor.py", "resume", t, n, t + ".want.pt")
+    out += t26_cases.py26(ri, "t26_pywriter.py", "like-torch", os.path.join(w, "like"), "3", env=wenv)
+    return out + t26_cases.py26(ri, "t26_pywriter.py", "failures", os.path.join(w, "fail"), "3", env=wenv)
+
+
 def add_cases(s, ri, in_root):
     s.case("(t) python: torch 2.6 DTensor saves (1, 3, 4 ranks) and every dtype (little/big endian) -> dcp.load via "
            "shardckpt.torch.FileSystemReader on 4, 2, 3 ranks, bit-identical, .metadata never opened by Python",
@@ -96,3 +129,7 @@ def add_cases(s, ri, in_root):
     s.case("(t) python: shardckpt's CRC-32C re-saves (3, 2 ranks) -> dcp.load via FileSystemReader on 2, 3 ranks "
            "bit-identical; a flipped tensor byte is refused with SCK_ERR_CHECKSUM naming the key",
            in_root(reads_shardckpt))
+    s.case("(t) python: dcp.save via shardckpt.torch.FileSystemWriter (1, 3, 4 ranks; every dtype; FSDP + Adam) -> "
+           "torch's own reader loads it bit-identical on 4, 2, 3 ranks and resumes training exactly; same state and "
+           ".metadata as torch's writer; failing saves raise on every rank and keep the checkpoint before",
+           in_root(writes))

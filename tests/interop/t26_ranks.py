@@ -10,6 +10,11 @@ load_args(path) is what the scripts pass to dcp.load: checkpoint_id=path (torch'
 SCK_T26_PYSITE names where the shardckpt Python package is installed, storage_reader=shardckpt.torch's
 FileSystemReader(path), with Python's open() refusing any `.metadata` (the C reader decodes it; nothing of
 Python's reads or unpickles it).
+
+save_args(path) is what they pass to dcp.save: checkpoint_id=path (torch's own writer), or, when
+SCK_T26_WRITER=shardckpt (and SCK_T26_WRITE_SITE names where the package is installed), storage_writer=
+shardckpt.torch's FileSystemWriter(path).  The two variables are apart from load_args' so that a case can
+write with one side and read with the other.
 """
 import os
 import socket
@@ -65,6 +70,16 @@ def load_args(path):
         builtins.open = io.open = guarded_open
     import shardckpt.torch
     return {"storage_reader": shardckpt.torch.FileSystemReader(path)}
+
+
+def save_args(path):
+    if os.environ.get("SCK_T26_WRITER") != "shardckpt":
+        return {"checkpoint_id": path}
+    site = os.environ["SCK_T26_WRITE_SITE"]
+    if site not in sys.path:
+        sys.path.insert(0, site)
+    import shardckpt.torch
+    return {"storage_writer": shardckpt.torch.FileSystemWriter(path)}
 
 
 def tensor_dict_problems(got, want):
