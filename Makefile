@@ -198,8 +198,8 @@ $(BUILD)/bench/crc32_compare: bench/crc32_compare.c
 	$(CC) $(CPPFLAGS_ALL) $(CFLAGS_ALL) -o $@ $< -lisal -lz -ldeflate
 
 .PHONY: bench bench-crc
-bench: $(BUILD)/bench/bench
-	$(BUILD)/bench/bench
+bench: $(BUILD)/bench/bench $(BUILD)/libshardckpt.so
+	SCK_LIBRARY=$(BUILD)/libshardckpt.so $(BUILD)/bench/bench
 
 bench-crc: $(BUILD)/bench/crc32_compare
 	$(BUILD)/bench/crc32_compare

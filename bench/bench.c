@@ -26,11 +26,12 @@
 
 /* ------------------------------------------------------------------ configuration */
 
-/* One torch DCP column pair: which interpreter runs bench/torch_dcp.py, where its checkpoint goes. */
-enum { T113, T26, NTORCH };
+/* One torch DCP column pair: which interpreter runs bench/torch_dcp.py, where its checkpoint goes.  T26S is
+ * torch 2.6 again, its dcp.save / dcp.load going through shardckpt.torch's FileSystemWriter / Reader. */
+enum { T113, T26, T26S, NTORCH };
 
 typedef struct torch_rt {
-    const char *name;      /* "1.13", "2.6" */
+    const char *name;      /* "1.13", "2.6", "2.6 + shardckpt" */
     int on;
     char cmd[4096];        /* interpreter and script, as a shell command prefix */
     char dir[4096];        /* the checkpoint directory as this process sees it */
@@ -66,7 +67,9 @@ static void usage(void) {
             "  BENCH_TORCH26=0|1    torch 2.6 DCP columns (default 1 when the python3 of the chroot $TRIXIE_ROOT (default\n"
             "                       /var/cache/shardckpt/trixie-root) imports torch: needs root and a chroot made by\n"
             "                       tests/interop/torch26_root.sh; its checkpoint goes under $TRIXIE_ROOT/tmp)\n"
-            "  BENCH_TORCH_MAX=1G   BENCH_TORCH_SMALL_MAX=256M   largest sizes torch (both) runs at\n"
+            "  BENCH_TORCH26_SCK=0|1  torch 2.6 again, with shardckpt.torch's FileSystemWriter / FileSystemReader\n"
+            "                       (python/, with $SCK_LIBRARY, default build/libshardckpt.so; default: as BENCH_TORCH26)\n"
+            "  BENCH_TORCH_MAX=1G   BENCH_TORCH_SMALL_MAX=256M   largest sizes torch (all) runs at\n"
             "  BENCH_DIR=/tmp/shardckpt-bench   BENCH_MD=file (append the markdown table)\n");
 }
 
@@ -151,6 +154,10 @@ static int load_config(config *c) {
                 "torch 2.6 DCP columns skipped\n", c->root);
         t->on = 0;
     }
+    t = &c->torch[T26S];
+    t->name = "2.6 + shardckpt";
+    const char *sck26 = getenv("BENCH_TORCH26_SCK");
+    t->on = sck26 ? atoi(sck26) && (c->torch[T26].on || torch26_available(c->root)) : c->torch[T26].on;
     for (int i = 0; i < c->nsizes; i++)
         if (c->sizes[i] < (1u << 20)) return -1;
     for (int i = 0; i < c->nranks; i++)
@@ -334,8 +341,8 @@ static int verify(const layout *L, const uint8_t *src, const uint8_t *dst, int c
 static int run_torch(const config *c, const torch_rt *t, const layout *L, int nranks, double *save_s, double *load_s) {
     char cmd[9000];
     rm_dir(t->dir);
-    snprintf(cmd, sizeof cmd, "%s '%s' %d %" PRId64 " %" PRId64 " %d %d 2>&1", t->cmd, t->arg, L->ntensors, L->rows, L->cols,
-             nranks, c->dropped);
+    snprintf(cmd, sizeof cmd, "%s '%s' %d %" PRId64 " %" PRId64 " %d %d %d 2>&1", t->cmd, t->arg, L->ntensors, L->rows, L->cols,
+             nranks, c->dropped, c->repeat);
     FILE *p = popen(cmd, "r");
     if (!p) return -1;
     char line[1024];
@@ -373,6 +380,25 @@ static int torch26_setup(config *c) {
     snprintf(t->cmd, sizeof t->cmd, "chroot '%s' " CHROOT_ENV " '%s/torch_dcp.py'", c->root, inside);
     snprintf(t->dir, sizeof t->dir, "%s/torch", c->t26_tmp);
     snprintf(t->arg, sizeof t->arg, "%s/torch", inside);
+    /* The Python package and the library beside it, as `pip install ./python` lays them out, and ISA-L
+     * where the chroot has none. */
+    torch_rt *s = &c->torch[T26S];
+    const char *lib = env_or("SCK_LIBRARY", "build/libshardckpt.so");
+    static char sh[32768];
+    int k = snprintf(sh, sizeof sh,
+             "mkdir -p '%s/site' && cp -r python/shardckpt '%s/site/' && cp -L '%s' '%s/site/shardckpt/libshardckpt.so' && "
+             "{ ls '%s'/usr/lib/x86_64-linux-gnu/libisal.so.2 >/dev/null 2>&1 || "
+             "cp -L \"$(ldd '%s' | awk '/libisal/ {print $3}')\" '%s/site/shardckpt/'; }",
+             c->t26_tmp, c->t26_tmp, lib, c->t26_tmp, c->root, lib, c->t26_tmp);
+    if (s->on && (k < 0 || (size_t)k >= sizeof sh || system(sh) != 0)) {
+        fprintf(stderr, "bench: cannot install python/shardckpt with %s into %s; torch 2.6 + shardckpt columns skipped\n", lib, c->t26_tmp);
+        s->on = 0;
+    }
+    snprintf(s->cmd, sizeof s->cmd, "chroot '%s' env -i PATH=/usr/bin:/bin HOME=/root USE_LIBUV=0 PYTHONWARNINGS=ignore "
+             "GLOO_SOCKET_IFNAME=lo SCK_BENCH_STORAGE=shardckpt PYTHONPATH=%s/site LD_LIBRARY_PATH=%s/site/shardckpt python3 '%s/torch_dcp.py'",
+             c->root, inside, inside, inside);
+    snprintf(s->dir, sizeof s->dir, "%s/sck", c->t26_tmp);
+    snprintf(s->arg, sizeof s->arg, "%s/sck", inside);
     return 0;
 }
 
@@ -381,9 +407,8 @@ static const char *t26_tmp; /* removed at exit */
 static void torch26_cleanup(void) {
     char p[4200];
     if (!t26_tmp || !*t26_tmp) return;
-    snprintf(p, sizeof p, "%s/torch", t26_tmp);
-    rm_dir(p);
-    rm_dir(t26_tmp);
+    snprintf(p, sizeof p, "rm -rf '%s'", t26_tmp); /* its checkpoints and the installed package */
+    if (system(p) != 0) fprintf(stderr, "bench: could not remove %s\n", t26_tmp);
 }
 
 /* ------------------------------------------------------------------ output */
@@ -420,7 +445,7 @@ typedef struct meas {
 
 static double best(double a, double b) { return a < 0 ? b : b < 0 ? a : a < b ? a : b; }
 
-static const double no_torch[NTORCH] = {-1, -1};
+static const double no_torch[NTORCH] = {-1, -1, -1};
 
 /* One table line.  target: the ratio the issue asks for (0: none).  torch_s: torch 1.13's and 2.6's seconds
  * for the same operation (-1: not run). */
@@ -432,15 +457,18 @@ static void line(const char *op, const layout *L, const char *ranks, const meas 
     /* The disk's own multiple of torch (the faster raw side over torch; the buffered one always ran)
      * bounds any library's: where it is below 10, the issue's 10x cannot be met on this disk. */
     for (int k = 0; k < NTORCH; k++) {
-        if (torch_s[k] > 0)
+        if (k == T26S && torch_s[k] > 0) /* torch with shardckpt's storage against the disk, as shardckpt alone */
+            snprintf(tor[k], sizeof tor[k], "%.3f | %.2f %s %.2g", gbs(L->bytes, torch_s[k]), m->raw / torch_s[k],
+                     target > 0 && m->raw / torch_s[k] < target ? "BELOW" : "ok", target);
+        else if (torch_s[k] > 0)
             snprintf(tor[k], sizeof tor[k], "%.3f | %.1fx (disk %.1fx)", gbs(L->bytes, torch_s[k]), torch_s[k] / m->sck,
                      torch_s[k] / best(m->raw, m->rawd));
         else snprintf(tor[k], sizeof tor[k], "n/a | n/a");
     }
     if (m->rawd > 0) snprintf(rd, sizeof rd, "%.3f", gbs(L->bytes, m->rawd));
     if (m->files > 0) snprintf(fl, sizeof fl, "%.3f", gbs(L->bytes, m->files));
-    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %-5s | %s | %s | %6.0f |\n", op, L->name, sz, ranks,
-        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, fl, tor[T113], tor[T26], (double)m->rss / (1 << 20));
+    out("| %-12s | %-5s | %-9s | %-6s | %7.3f | %7.3f | %5.2f %-9s | %-5s | %-5s | %s | %s | %s | %6.0f |\n", op, L->name, sz, ranks,
+        gbs(L->bytes, m->sck), gbs(L->bytes, m->raw), ratio, tgt, rd, fl, tor[T113], tor[T26], tor[T26S], (double)m->rss / (1 << 20));
 }
 
 /* Rank count of the resharded load: changes the split so boundaries fall inside saved chunks. */
@@ -533,7 +561,7 @@ static int bench_one(const config *c, const layout *L, int R, uint8_t *src, uint
     l.rawd = ld.raw;
     rm_dir(raw), rm_dir(rawd), rm_dir(ck);
     if (rc) return rc;
-    double ts[NTORCH] = {-1, -1}, tl[NTORCH] = {-1, -1};
+    double ts[NTORCH] = {-1, -1, -1}, tl[NTORCH] = {-1, -1, -1};
     uint64_t tmax = L->ntensors <= 16 ? c->torch_max : c->torch_small_max;
     for (int k = 0; k < NTORCH; k++) {
         const torch_rt *t = &c->torch[k];
@@ -565,7 +593,7 @@ int main(int argc, char **argv) {
     c.dropped = can_drop_caches();
     t26_tmp = c.t26_tmp;
     atexit(torch26_cleanup);
-    if (c.torch[T26].on && torch26_setup(&c)) c.torch[T26].on = 0;
+    if ((c.torch[T26].on || c.torch[T26S].on) && torch26_setup(&c)) c.torch[T26].on = c.torch[T26S].on = 0;
     if (c.md && !(md_file = fopen(c.md, "a"))) {
         fprintf(stderr, "bench: %s: %s\n", c.md, strerror(errno));
         return 1;
@@ -578,8 +606,9 @@ int main(int argc, char **argv) {
     out("\nshardckpt bench: %s %s, page cache %s between phases, fsync on both sides, best of %d, ranks = threads\n\n",
         u.sysname, u.release, c.dropped ? "dropped" : "NOT dropped (not root): reads are warm", c.repeat);
     out("| op | tensors | size | ranks | shardckpt GB/s | raw GB/s | ratio (target) | raw O_DIRECT GB/s | ckpt files GB/s | torch 1.13 GB/s | "
-        "shardckpt vs torch 1.13 | torch 2.6 GB/s | shardckpt vs torch 2.6 | peak RSS +MiB |\n");
-    out("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+        "shardckpt vs torch 1.13 | torch 2.6 GB/s | shardckpt vs torch 2.6 | torch 2.6 + shardckpt.torch GB/s | "
+        "its ratio to raw (target) | peak RSS +MiB |\n");
+    out("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     int failed = 0;
     for (int s = 0; s < c.nsizes; s++) {
         for (int big = 1; big >= 0; big--) {

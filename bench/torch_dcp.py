@@ -1,6 +1,6 @@
 """Times torch DCP (gloo, CPU) on the state bench/bench.c uses: torch 1.13 or torch 2.x, whichever runs it.
 
-usage: torch_dcp.py DIR NTENSORS ROWS COLS RANKS DROP_CACHES(0|1)
+usage: torch_dcp.py DIR NTENSORS ROWS COLS RANKS DROP_CACHES(0|1) [REPEAT]
 
 NTENSORS float32 tensors of shape [ROWS, COLS], each split by rows over RANKS gloo processes (the same row
 blocks as the C benchmark when RANKS divides ROWS: torch splits as torch.chunk does).
@@ -10,14 +10,18 @@ blocks as the C benchmark when RANKS divides ROWS: torch splits as torch.chunk d
 - torch 2.x (Debian 13's torch 2.6 in the trixie chroot, bench/bench.c copies this file there): DTensors
   with placements [Shard(0)] on a CPU DeviceMesh, saved with torch.distributed.checkpoint.save
   (FileSystemWriter, its defaults: fsync on) and loaded with torch.distributed.checkpoint.load
-  (FileSystemReader) into the same layout.
-Each phase is timed from a barrier before to a barrier after, on rank 0.  Page cache is dropped before
+  (FileSystemReader) into the same layout.  With SCK_BENCH_STORAGE=shardckpt (and the package on PYTHONPATH),
+  the same calls take shardckpt.torch's FileSystemWriter / FileSystemReader instead.
+Each phase is timed from a barrier before to a barrier after, on rank 0; with REPEAT (default 1) the save and
+the load run REPEAT times in the same processes and the best time of each is kept, as bench.c keeps its
+own (a process's first save runs up to 3x slower here, torch's writer or shardckpt's alike).  Page cache is dropped before
 each phase when DROP_CACHES is 1 (needs a writable /proc/sys/vm/drop_caches, in a chroot its /proc
 mounted).  Prints one line:  TORCH save_s=<s> load_s=<s> rss_mib=<rank 0 peak>
 Exit status 0 on success.  Ranks are started by hand (torch.distributed.run is broken on Debian 12).
 """
 import os
 import resource
+import shutil
 import socket
 import subprocess
 import sys
@@ -62,7 +66,7 @@ def report(rank, save_s, load_s):
         print(f"TORCH save_s={save_s:.4f} load_s={load_s:.4f} rss_mib={rss:.0f}", flush=True)
 
 
-def rank_main_2x(d, ntensors, rows, cols, drop):
+def rank_main_2x(d, ntensors, rows, cols, drop, repeat):
     import torch
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -82,12 +86,22 @@ def rank_main_2x(d, ntensors, rows, cols, drop):
         dt.to_local().fill_(float(t % 251))
         state[f"model.t{t:05d}"] = dt
 
+    if os.environ.get("SCK_BENCH_STORAGE") == "shardckpt":  # the same torch, through shardckpt's storage
+        import shardckpt.torch as storage
+    else:
+        storage = dcp
     timed = timer(rank, drop, dist.barrier)
-    save_s = timed(lambda: dcp.save(state, storage_writer=dcp.FileSystemWriter(d)))
-    for dt in state.values():
-        dt.to_local().zero_()
-    load_s = timed(lambda: dcp.load(state, storage_reader=dcp.FileSystemReader(d)))
-    bad = sum(int(not bool((dt.to_local() == float(i % 251)).all())) for i, dt in enumerate(state.values()))
+    save_s = load_s = float("inf")
+    bad = 0
+    for _ in range(repeat):
+        if rank == 0 and os.path.isdir(d):  # a fresh directory each time, as the C side saves
+            shutil.rmtree(d)
+        dist.barrier()
+        save_s = min(save_s, timed(lambda: dcp.save(state, storage_writer=storage.FileSystemWriter(d))))
+        for dt in state.values():
+            dt.to_local().zero_()
+        load_s = min(load_s, timed(lambda: dcp.load(state, storage_reader=storage.FileSystemReader(d))))
+        bad += sum(int(not bool((dt.to_local() == float(i % 251)).all())) for i, dt in enumerate(state.values()))
     report(rank, save_s, load_s)
     dist.barrier()
     dist.destroy_process_group()
@@ -97,9 +111,9 @@ def rank_main_2x(d, ntensors, rows, cols, drop):
     return 0
 
 
-def rank_main(d, ntensors, rows, cols, drop):
+def rank_main(d, ntensors, rows, cols, drop, repeat):
     if torch_major() >= 2:
-        return rank_main_2x(d, ntensors, rows, cols, drop)
+        return rank_main_2x(d, ntensors, rows, cols, drop, repeat)
     sys.path.insert(0, INTEROP)
     import interop_common as ic
     ic.ensure_shim()
@@ -120,13 +134,19 @@ def rank_main(d, ntensors, rows, cols, drop):
         state[f"model.t{t:05d}"] = st
 
     timed = timer(rank, drop, dist.barrier)
-    save_s = timed(lambda: dcp.save_state_dict(state, dcp.FileSystemWriter(d)))
-    for st in state.values():
-        for shard in st.local_shards():
-            shard.tensor.zero_()
-    load_s = timed(lambda: dcp.load_state_dict(state, dcp.FileSystemReader(d)))
-    bad = sum(int(not bool((shard.tensor == float(i % 251)).all()))
-              for i, st in enumerate(state.values()) for shard in st.local_shards())
+    save_s = load_s = float("inf")
+    bad = 0
+    for _ in range(repeat):
+        if rank == 0 and os.path.isdir(d):
+            shutil.rmtree(d)
+        dist.barrier()
+        save_s = min(save_s, timed(lambda: dcp.save_state_dict(state, dcp.FileSystemWriter(d))))
+        for st in state.values():
+            for shard in st.local_shards():
+                shard.tensor.zero_()
+        load_s = min(load_s, timed(lambda: dcp.load_state_dict(state, dcp.FileSystemReader(d))))
+        bad += sum(int(not bool((shard.tensor == float(i % 251)).all()))
+                   for i, st in enumerate(state.values()) for shard in st.local_shards())
     report(rank, save_s, load_s)
     dist.barrier()
     dist.destroy_process_group()
@@ -158,12 +178,13 @@ def launch(argv, world):
 
 
 def main():
-    if len(sys.argv) != 7:
+    if len(sys.argv) not in (7, 8):
         print(__doc__, file=sys.stderr)
         return 2
     d, ntensors, rows, cols, world, drop = sys.argv[1], *map(int, sys.argv[2:7])
+    repeat = int(sys.argv[7]) if len(sys.argv) == 8 else 1
     if "RANK" in os.environ:
-        return rank_main(d, ntensors, rows, cols, drop)
+        return rank_main(d, ntensors, rows, cols, drop, repeat)
     return launch(sys.argv[1:], world)
 
 

@@ -37,7 +37,12 @@ class SaveOpts(ctypes.Structure):
     _fields_ = [("flags", ctypes.c_uint), ("staging_mib", ctypes.c_uint), ("reserved", ctypes.c_uint * 6)]
 
 
+class LoadOpts(ctypes.Structure):
+    _fields_ = [("flags", ctypes.c_uint), ("reserved", ctypes.c_uint * 6), ("staging_mib", ctypes.c_uint)]
+
+
 SAVE_NO_FSYNC, SAVE_DIRECT_IO = 0x1, 0x2
+LOAD_NO_VERIFY, LOAD_DIRECT_IO, LOAD_BUFFERED_IO = 0x4, 0x8, 0x10
 ERR_INVALID_ARG, ERR_COMM = -1, -10
 
 # sck_comm_ops: the callbacks of a communication backend (shardckpt.torch builds one over torch.distributed).
@@ -115,6 +120,7 @@ _SIGS = {
     "sck_state_add_item_bytes": (_I, [_P, _CP, _P, _SZ]),
     "sck_state_set_path": (_I, [_P, _CP, _P]),
     "sck_save": (_I, [_P, _CP, _P, ctypes.POINTER(SaveOpts)]),
+    "sck_load": (_I, [_P, _CP, _P, ctypes.POINTER(LoadOpts)]),
     "sck_value_list": (_P, []),
     "sck_value_int": (_P, [ctypes.c_int64]),
     "sck_value_string_n": (_P, [_CP, _SZ]),

@@ -15,7 +15,6 @@ tensor when that is a contiguous CPU tensor of the same dtype, checking the CRC-
 checksum `.metadata` records (shardckpt-written checkpoints).  A mismatch raises shardckpt.Error
 SCK_ERR_CHECKSUM naming the file, key and item offset, before torch sees any of the item's bytes.
 """
-import ctypes
 import io
 import os
 import uuid
@@ -31,6 +30,7 @@ from torch.futures import Future
 
 import shardckpt
 from . import _capi
+from ._state import State
 from ._torch_comm import TorchComm
 
 __all__ = ["FileSystemReader", "FileSystemWriter", "metadata_of"]
@@ -108,6 +108,7 @@ class FileSystemReader(StorageReader):
     def read_data(self, plan, planner):
         ck = self._open()
         dcp_dir = os.path.isfile(os.path.join(self.path, ".metadata"))
+        st, copies, done = State(), [], []
         try:
             for req in plan.items:
                 name = req.storage_index.fqn
@@ -126,98 +127,59 @@ class FileSystemReader(StorageReader):
                     raise shardckpt.Error("SCK_ERR_MISMATCH", f"{self.path}: '{name}': destination of shape "
                                           f"{list(target.shape)} for a box of {list(req.lengths)}")
                 e = ck.tensor(name)
-                if target.device.type == "cpu" and target.is_contiguous() and target.dtype == getattr(torch, e.dtype):
-                    ck.read_into(name, target, offsets)  # straight into the destination's memory
-                else:
-                    target.copy_(ck.read_tensor(name, (offsets, tuple(req.lengths))))
+                dest = target
+                if not (target.device.type == "cpu" and target.is_contiguous() and target.dtype == getattr(torch, e.dtype)):
+                    dest = torch.empty(tuple(req.lengths), dtype=getattr(torch, e.dtype))
+                    copies.append((target, dest))
+                st.add_box(name, dest, e.shape, offsets)
+                done.append((req, target))
+            # Every box at once through the library's loader: its reader threads, straight into the
+            # destination tensors, each item's CRC-32C (or a torch item's zip CRC-32) checked.  Ranks load
+            # independently (a communicator of their own): torch's plan already gave each its boxes.
+            if done:
+                comm = _capi.lib.sck_comm_single()
+                if not comm:
+                    raise MemoryError("shardckpt: out of memory")
+                try:
+                    st.load(comm, os.fsencode(self.path))
+                finally:
+                    _capi.lib.sck_comm_free(comm)
+            for target, dest in copies:
+                target.copy_(dest)
+            for req, target in done:
                 planner.commit_tensor(req, target)
         finally:
+            st.close()
             self._close()
         fut = Future()
         fut.set_result(None)
         return fut
 
 
-def _sck_dtype(dtype, key):
-    code = ctypes.c_int()
-    name = str(dtype).replace("torch.", "")
-    if _capi.lib.sck_dtype_from_name(name.encode(), ctypes.byref(code)) != 0:
-        raise TypeError(f"shardckpt: '{key}': dtype {dtype} has no DCP form shardckpt knows")
-    return code.value
-
-
-def _i64s(values):
-    values = tuple(int(x) for x in values)
-    return (ctypes.c_int64 * max(len(values), 1))(*values)
-
-
-def _path_value(path):
-    """An sck_value list of a torch flattening path (str dict keys, int list positions); caller frees."""
-    lib = _capi.lib
-    v = lib.sck_value_list()
-    for p in path:
-        if isinstance(p, int):
-            item = lib.sck_value_int(p)
+def _add_item(st, item, data, path):
+    """One WriteItem of torch's plan into the sck_state: a byte item's torch.save archive as it is, a
+    tensor's chunk from the tensor's memory (copied to the CPU or made contiguous only where it is not)."""
+    key = item.index.fqn
+    if item.type == WriteItemType.BYTE_IO:
+        st.add_item_bytes(key, data.getbuffer())
+    else:
+        t = data.detach()
+        if t.device.type != "cpu":
+            t = t.cpu()
+        if not t.is_contiguous():
+            t = t.contiguous()
+        td = item.tensor_data
+        if tuple(t.shape) != tuple(td.chunk.sizes):
+            raise ValueError(f"shardckpt: '{key}': the planner's tensor has shape {list(t.shape)}, "
+                             f"its chunk {list(td.chunk.sizes)}")
+        if item.type == WriteItemType.TENSOR:  # a whole tensor: written once whichever ranks hold it
+            st.add_replicated(key, t)
         else:
-            b = str(p).encode("utf-8", "surrogateescape")
-            item = lib.sck_value_string_n(b, len(b))
-        if not v or not item or lib.sck_value_list_append(v, item) != 0:
-            lib.sck_value_free(v)
-            raise MemoryError("shardckpt: out of memory")
-    return v
-
-
-class _SaveState:
-    """The sck_state of one rank's write_data, and the tensors whose memory it points into."""
-
-    def __init__(self):
-        self.h = _capi.lib.sck_state_new()
-        if not self.h:
-            raise MemoryError("shardckpt: out of memory")
-        self.keep = []
-
-    def add(self, item, data, path):
-        lib, key = _capi.lib, item.index.fqn
-        k = key.encode("utf-8", "surrogateescape")
-        if item.type == WriteItemType.BYTE_IO:
-            buf = data.getbuffer()  # torch.save's archive, stored as it is
-            shardckpt._check(lib.sck_state_add_item_bytes(self.h, k, (ctypes.c_char * len(buf)).from_buffer(buf),
-                                                          len(buf)))
-            self.keep.append(buf)
-        else:
-            t = data.detach()
-            if t.device.type != "cpu":
-                t = t.cpu()
-            if not t.is_contiguous():
-                t = t.contiguous()
-            td = item.tensor_data
-            dt = _sck_dtype(t.dtype, key)
-            if tuple(t.shape) != tuple(td.chunk.sizes):
-                raise ValueError(f"shardckpt: '{key}': the planner's tensor has shape {list(t.shape)}, "
-                                 f"its chunk {list(td.chunk.sizes)}")
-            self.keep.append(t)
-            ptr = t.data_ptr() if t.numel() else None
-            if item.type == WriteItemType.TENSOR:  # a whole tensor: written once whichever ranks hold it
-                rc = lib.sck_state_add_replicated(self.h, k, dt, t.dim(), _i64s(td.size), ptr)
-            else:
-                rc = lib.sck_state_add_box(self.h, k, dt, len(td.size), _i64s(td.size), _i64s(td.chunk.offsets),
-                                           _i64s(td.chunk.sizes), ptr)
-            shardckpt._check(rc)
-        # torch's flattening path (planner.mappings), recorded as .metadata's planner_data; one that
-        # does not spell the key (a custom planner's) is left out, and the key gets its default path.
-        if path is not None and ".".join(str(p) for p in path) == key:
-            v = _path_value(path)
-            try:
-                rc = lib.sck_state_set_path(self.h, k, v)
-            finally:
-                lib.sck_value_free(v)
-            shardckpt._check(rc)
-
-    def close(self):
-        if self.h:
-            _capi.lib.sck_state_free(self.h)
-            self.h = None
-        self.keep = []
+            st.add_box(key, t, td.size, td.chunk.offsets)
+    # torch's flattening path (planner.mappings), recorded as .metadata's planner_data; one that does
+    # not spell the key (a custom planner's) is left out, and the key gets its default path.
+    if path is not None and ".".join(str(p) for p in path) == key:
+        st.set_path(key, path)
 
 
 class FileSystemWriter(StorageWriter):
@@ -287,21 +249,20 @@ class FileSystemWriter(StorageWriter):
         paths = getattr(planner, "mappings", None) or {}
         comm = TorchComm(self.process_group) if dist.is_available() and dist.is_initialized() else None
         handle = comm.handle if comm else _capi.lib.sck_comm_single()
-        st = _SaveState()
+        st = State()
         try:
             try:
                 for item in plan.items:
-                    st.add(item, planner.resolve_data(item), paths.get(item.index.fqn))
+                    _add_item(st, item, planner.resolve_data(item), paths.get(item.index.fqn))
             except BaseException as e:
                 # The other ranks are in sck_save: give them this rank's failure there, then raise it here.
                 status = e.status if isinstance(e, shardckpt.Error) and isinstance(e.status, int) else _capi.ERR_INVALID_ARG
                 _capi.lib.sck_err(status, b"%s", f"{self.path}: {e}".encode("utf-8", "replace"))
                 _capi.lib.sck_comm_agree(handle, status)
                 raise
-            opts = _capi.SaveOpts()
-            opts.flags = (0 if self.sync_files else _capi.SAVE_NO_FSYNC) | (_capi.SAVE_DIRECT_IO if self.direct_io else 0)
-            opts.staging_mib = self.staging_mib
-            shardckpt._check(_capi.lib.sck_save(handle, os.fsencode(self.path), st.h, ctypes.byref(opts)))
+            st.save(handle, os.fsencode(self.path),
+                    (0 if self.sync_files else _capi.SAVE_NO_FSYNC) | (_capi.SAVE_DIRECT_IO if self.direct_io else 0),
+                    self.staging_mib)
         finally:
             st.close()
             if comm:
