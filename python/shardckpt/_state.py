@@ -8,12 +8,18 @@ import shardckpt
 from . import _capi
 
 
+_DTYPES = {}
+
+
 def sck_dtype(dtype, key):
     """libshardckpt's code for torch dtype `dtype` (TypeError naming `key` when it has none)."""
+    if dtype in _DTYPES:
+        return _DTYPES[dtype]
     code = ctypes.c_int()
     name = str(dtype).replace("torch.", "")
     if _capi.lib.sck_dtype_from_name(name.encode(), ctypes.byref(code)) != 0:
         raise TypeError(f"shardckpt: '{key}': dtype {dtype} has no DCP form shardckpt knows")
+    _DTYPES[dtype] = code.value
     return code.value
 
 

@@ -15,6 +15,7 @@ tensor when that is a contiguous CPU tensor of the same dtype, checking the CRC-
 checksum `.metadata` records (shardckpt-written checkpoints).  A mismatch raises shardckpt.Error
 SCK_ERR_CHECKSUM naming the file, key and item offset, before torch sees any of the item's bytes.
 """
+import ctypes
 import io
 import os
 import uuid
@@ -274,18 +275,27 @@ class FileSystemWriter(StorageWriter):
         return fut
 
     def _results(self, plan):
-        """torch's WriteResults for this rank's items: where the committed checkpoint holds each."""
-        with shardckpt.open(self.path) as ck:
-            out = []
+        """torch's WriteResults for this rank's items: where the committed checkpoint holds each (looked up
+        through the library by key, without building every entry as shardckpt.open does)."""
+        lib, h, info = _capi.lib, ctypes.c_void_p(), _capi.ChunkInfo()
+        shardckpt._check(lib.sck_ckpt_open(os.fsencode(self.path), ctypes.byref(h)))
+        try:
+            out, nchunks = [], _capi.EntryInfo()
             for item in plan.items:
-                e = ck[item.index.fqn]
-                c = e.chunks[0]
-                if item.type != WriteItemType.BYTE_IO:
-                    want = tuple(item.tensor_data.chunk.offsets)
-                    c = next((c for c in e.chunks if tuple(c.offsets) == want), c)
-                out.append(WriteResult(index=item.index, size_in_bytes=c.length,
-                                       storage_data=_StorageInfo(c.file, c.offset, c.length)))
+                i = lib.sck_ckpt_find(h, item.index.fqn.encode("utf-8", "surrogateescape"))
+                if i < 0:
+                    raise shardckpt.Error("SCK_ERR_MISSING_KEY", f"{self.path}: '{item.index.fqn}' missing after the save")
+                shardckpt._check(lib.sck_ckpt_entry(h, i, ctypes.byref(nchunks)))
+                want = None if item.type == WriteItemType.BYTE_IO else tuple(item.tensor_data.chunk.offsets)
+                for j in range(nchunks.nchunks):
+                    shardckpt._check(lib.sck_ckpt_chunk(h, i, j, ctypes.byref(info)))
+                    if want is None or tuple(info.offsets[:len(want)]) == want:
+                        break
+                out.append(WriteResult(index=item.index, size_in_bytes=info.length,
+                                       storage_data=_StorageInfo(info.file.decode(), info.offset, info.length)))
             return out
+        finally:
+            lib.sck_ckpt_close(h)
 
     def finish(self, metadata, results):
         """The checkpoint is committed already (sck_save wrote .metadata with CRC-32Cs and renamed the
