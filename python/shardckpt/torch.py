@@ -10,10 +10,11 @@ atomic commit (the directory appears whole or not at all), in the DCP format tor
 
 FileSystemReader reads any DCP directory (torch's or shardckpt's; also a safetensors file or a Hugging Face
 sharded directory) with libshardckpt's metadata reader, which decodes `.metadata` without running its
-pickle, and its box reader, which reads each requested piece of a tensor straight into the destination
-tensor when that is a contiguous CPU tensor of the same dtype, checking the CRC-32C of every item whose
-checksum `.metadata` records (shardckpt-written checkpoints).  A mismatch raises shardckpt.Error
-SCK_ERR_CHECKSUM naming the file, key and item offset, before torch sees any of the item's bytes.
+pickle, and its loader (sck_load), which reads all of a rank's requested pieces of tensors with its reader
+threads straight into the destination tensors when they are contiguous CPU tensors of the same dtype,
+checking the CRC-32C of every item whose checksum `.metadata` records (shardckpt-written checkpoints) and
+the zip CRC-32s of torch-written ones.  A mismatch raises shardckpt.Error SCK_ERR_CHECKSUM naming the file,
+key and item offset, and the load fails.
 """
 import ctypes
 import io

@@ -15,8 +15,8 @@
 - (t) python writes: dcp.save through shardckpt.torch.FileSystemWriter (sck_save over a torch.distributed comm):
   DTensor saves on 1, 3, 4 ranks load with torch's own reader on 4, 2, 3 ranks (and with shardckpt's) bit for
   bit, every item CRC-32C-checked by `shardckpt verify`; every dtype; an FSDP Module + Adam get_state_dict
-  saved on 2 ranks resumes on 2 and 1 ranks exactly; torch's writer and ours give the same state and
-  .metadata (t26_pywriter.py like-torch); failing saves raise on every rank, none hanging, and leave the
+  saved on 2 ranks resumes on 2 and 1 ranks exactly; torch's writer and ours (also under dcp.async_save)
+  give the same state and .metadata (t26_pywriter.py like-torch); failing saves raise on every rank, none hanging, and leave the
   checkpoint before them (t26_pywriter.py failures).
 
 usage: add_cases(s, ri, in_root) from t26_cases.add_cases.

@@ -2,7 +2,8 @@
 the package is installed).
 
 usage: t26_pywriter.py like-torch DIR NRANKS  t26_dtensor's STATE saved by torch's FileSystemWriter (DIR/torch)
-                                              and by shardckpt's (DIR/ours) on NRANKS gloo ranks: both loaded by
+                                              and by shardckpt's (DIR/ours; DIR/async through dcp.async_save)
+                                              on NRANKS gloo ranks: all loaded by
                                               torch's own reader into the same state bit for bit, and their
                                               .metadata (unpickled by torch's reader) agree: every key, kind,
                                               dtype, size, chunk list and planner_data path
@@ -81,11 +82,13 @@ def like_torch_rank(d):
     dist.init_process_group("gloo")
     rank, n = dist.get_rank(), dist.get_world_size()
     mesh = init_device_mesh("cpu", (n,))
-    theirs, ours = os.path.join(d, "torch"), os.path.join(d, "ours")
+    theirs, ours, later = (os.path.join(d, x) for x in ("torch", "ours", "async"))
     dcp.save(state(mesh, True), checkpoint_id=theirs)
     md = dcp.save(state(mesh, True), storage_writer=writer(ours))
+    # dcp.async_save: torch stages the state on the CPU and runs the same save on a thread of its own.
+    dcp.async_save(state(mesh, True), storage_writer=writer(later)).result(timeout=120)
     problems = []
-    for path in (theirs, ours):
+    for path in (theirs, ours, later):
         sd = state(mesh, False, swap=True)
         dcp.load(sd, storage_reader=FileSystemReader(path))  # torch's reader: pickle.load of .metadata, torch.load
         problems += [f"{os.path.basename(path)}: {p}" for p in problems_of(sd)]
