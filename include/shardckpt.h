@@ -522,7 +522,7 @@ typedef struct sck_save_opts {
  * and after a crash at any point, `dir` is the previous checkpoint (or
  * absent if there was none).  Saving over an existing `dir` replaces it
  * whole, so it may hold only checkpoint files (`.metadata`, `.metadata.sck`,
- * `*.distcp`); the parent directory must be writable.  One save per `dir`
+ * `*.distcp`, `meta.pt`); the parent directory must be writable.  One save per `dir`
  * at a time.  Every item's CRC-32C is recorded in `.metadata`, where torch
  * ignores it; `.metadata.sck` holds the decoded index for fast loads.
  *

@@ -189,7 +189,7 @@ class FileSystemWriter(StorageWriter):
 
     path: the checkpoint directory (created; its parent directories too).  Saving over an existing
     checkpoint replaces it whole once the new one is complete; the directory may then hold only
-    checkpoint files (.metadata, .metadata.sck, *.distcp), or the save fails with SCK_ERR_INVALID_ARG.
+    checkpoint files (.metadata, .metadata.sck, *.distcp, meta.pt), or the save fails with SCK_ERR_INVALID_ARG.
     sync_files: fsync the data files, .metadata and the directories before the save returns (default).
     overwrite: False refuses a directory that holds a checkpoint already (RuntimeError), as torch's does.
     direct_io: write the data files with O_DIRECT (bypassing the page cache; falls back where refused).
