@@ -43,7 +43,7 @@ class LoadOpts(ctypes.Structure):
 
 SAVE_NO_FSYNC, SAVE_DIRECT_IO = 0x1, 0x2
 LOAD_NO_VERIFY, LOAD_DIRECT_IO, LOAD_BUFFERED_IO = 0x4, 0x8, 0x10
-ERR_INVALID_ARG, ERR_COMM = -1, -10
+ERR_INVALID_ARG, ERR_IO, ERR_COMM = -1, -3, -10
 
 # sck_comm_ops: the callbacks of a communication backend (shardckpt.torch builds one over torch.distributed).
 ALLGATHERV = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t,
@@ -118,6 +118,10 @@ _SIGS = {
                                ctypes.POINTER(ctypes.c_int64), _P]),
     "sck_state_add_replicated": (_I, [_P, _CP, _I, _I, ctypes.POINTER(ctypes.c_int64), _P]),
     "sck_state_add_item_bytes": (_I, [_P, _CP, _P, _SZ]),
+    "sck_state_set_device": (_I, [_P, _P, _P]),
+    "sck_state_add_device_box": (_I, [_P, _CP, _I, _I, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64),
+                                      ctypes.POINTER(ctypes.c_int64), _P]),
+    "sck_state_add_device_replicated": (_I, [_P, _CP, _I, _I, ctypes.POINTER(ctypes.c_int64), _P]),
     "sck_state_set_path": (_I, [_P, _CP, _P]),
     "sck_save": (_I, [_P, _CP, _P, ctypes.POINTER(SaveOpts)]),
     "sck_load": (_I, [_P, _CP, _P, ctypes.POINTER(LoadOpts)]),

@@ -54,6 +54,7 @@ class State:
         if not self.h:
             raise MemoryError("shardckpt: out of memory")
         self._keep = []
+        self._device = None
 
     def add_box(self, key, tensor, shape, offsets):
         """Box `offsets` of global tensor `key` of `shape`, held by the contiguous CPU tensor `tensor`."""
@@ -68,6 +69,24 @@ class State:
         ptr = tensor.data_ptr() if tensor.numel() else None
         shardckpt._check(_capi.lib.sck_state_add_replicated(self.h, _key(key), sck_dtype(tensor.dtype, key),
                                                             tensor.dim(), _i64s(tensor.shape), ptr))
+
+    def use_device(self, device):
+        """Device pieces of this state go through `device` (a _torch_device.TorchDevice, kept alive here)."""
+        self._device = device
+        shardckpt._check(_capi.lib.sck_state_set_device(self.h, ctypes.addressof(device.ops), None))
+
+    def add_device_box(self, key, tensor, shape, offsets):
+        """As add_box, for a contiguous tensor the library reaches only through the device's copies."""
+        self._keep.append(tensor)
+        ptr = self._device.add(tensor) if tensor.numel() else None
+        shardckpt._check(_capi.lib.sck_state_add_device_box(self.h, _key(key), sck_dtype(tensor.dtype, key), len(shape),
+                                                            _i64s(shape), _i64s(offsets), _i64s(tensor.shape), ptr))
+
+    def add_device_replicated(self, key, tensor):
+        self._keep.append(tensor)
+        ptr = self._device.add(tensor) if tensor.numel() else None
+        shardckpt._check(_capi.lib.sck_state_add_device_replicated(self.h, _key(key), sck_dtype(tensor.dtype, key),
+                                                                   tensor.dim(), _i64s(tensor.shape), ptr))
 
     def add_item_bytes(self, key, data):
         """A byte item stored as exactly the bytes of `data` (a bytes-like object; copied)."""
@@ -93,6 +112,7 @@ class State:
 
     def close(self):
         if self.h:
-            _capi.lib.sck_state_free(self.h)
+            _capi.lib.sck_state_free(self.h)  # gives the device's pinned staging back first
             self.h = None
         self._keep = []
+        self._device = None

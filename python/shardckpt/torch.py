@@ -34,6 +34,7 @@ import shardckpt
 from . import _capi
 from ._state import State
 from ._torch_comm import TorchComm
+from ._torch_device import TorchDevice
 
 __all__ = ["FileSystemReader", "FileSystemWriter", "metadata_of"]
 
@@ -60,9 +61,10 @@ def metadata_of(ck):
 class FileSystemReader(StorageReader):
     """A torch.distributed.checkpoint StorageReader over libshardckpt (see the module's doc)."""
 
-    def __init__(self, path):
+    def __init__(self, path, *, _emulate_device=False):
         super().__init__()
         self.path = os.fspath(path)
+        self._emulate_device = _emulate_device  # tests: CPU tensors take the device path
         self._ck = None
         self.load_id = str(uuid.uuid4())
 
@@ -129,11 +131,15 @@ class FileSystemReader(StorageReader):
                     raise shardckpt.Error("SCK_ERR_MISMATCH", f"{self.path}: '{name}': destination of shape "
                                           f"{list(target.shape)} for a box of {list(req.lengths)}")
                 e = ck.tensor(name)
-                dest = target
-                if not (target.device.type == "cpu" and target.is_contiguous() and target.dtype == getattr(torch, e.dtype)):
-                    dest = torch.empty(tuple(req.lengths), dtype=getattr(torch, e.dtype))
+                dtype, dest = getattr(torch, e.dtype), target
+                if not (target.is_contiguous() and target.dtype == dtype):  # a temporary where it must be
+                    dest = torch.empty(tuple(req.lengths), dtype=dtype, device=target.device)
                     copies.append((target, dest))
-                st.add_box(name, dest, e.shape, offsets)
+                if _on_device(dest, self._emulate_device):  # through host staging, block by block
+                    _use_device(st, self._emulate_device)
+                    st.add_device_box(name, dest, e.shape, offsets)
+                else:
+                    st.add_box(name, dest, e.shape, offsets)
                 done.append((req, target))
             # Every box at once through the library's loader: its reader threads, straight into the
             # destination tensors, each item's CRC-32C (or a torch item's zip CRC-32) checked.  Ranks load
@@ -158,26 +164,38 @@ class FileSystemReader(StorageReader):
         return fut
 
 
-def _add_item(st, item, data, path):
+def _on_device(t, emulate):
+    return t.device.type != "cpu" or emulate
+
+
+def _use_device(st, emulate):
+    if st._device is None:
+        st.use_device(TorchDevice(emulate=emulate))
+
+
+def _add_item(st, item, data, path, emulate=False):
     """One WriteItem of torch's plan into the sck_state: a byte item's torch.save archive as it is, a
-    tensor's chunk from the tensor's memory (copied to the CPU or made contiguous only where it is not)."""
+    tensor's chunk from the tensor's memory (made contiguous only where it is not); a tensor on an
+    accelerator goes through the library's device path (streamed through its staging, never copied to the
+    CPU whole)."""
     key = item.index.fqn
     if item.type == WriteItemType.BYTE_IO:
         st.add_item_bytes(key, data.getbuffer())
     else:
         t = data.detach()
-        if t.device.type != "cpu":
-            t = t.cpu()
         if not t.is_contiguous():
             t = t.contiguous()
         td = item.tensor_data
         if tuple(t.shape) != tuple(td.chunk.sizes):
             raise ValueError(f"shardckpt: '{key}': the planner's tensor has shape {list(t.shape)}, "
                              f"its chunk {list(td.chunk.sizes)}")
+        dev = _on_device(t, emulate)
+        if dev:
+            _use_device(st, emulate)
         if item.type == WriteItemType.TENSOR:  # a whole tensor: written once whichever ranks hold it
-            st.add_replicated(key, t)
+            (st.add_device_replicated if dev else st.add_replicated)(key, t)
         else:
-            st.add_box(key, t, td.size, td.chunk.offsets)
+            (st.add_device_box if dev else st.add_box)(key, t, td.size, td.chunk.offsets)
     # torch's flattening path (planner.mappings), recorded as .metadata's planner_data; one that does
     # not spell the key (a custom planner's) is left out, and the key gets its default path.
     if path is not None and ".".join(str(p) for p in path) == key:
@@ -201,7 +219,7 @@ class FileSystemWriter(StorageWriter):
 
     def __init__(self, path, single_file_per_rank=True, sync_files=True, thread_count=1,
                  per_thread_copy_ahead=10_000_000, overwrite=True, *, direct_io=False, staging_mib=0,
-                 process_group=None):
+                 process_group=None, _emulate_device=False):
         super().__init__()
         if not single_file_per_rank:
             raise ValueError("shardckpt.torch.FileSystemWriter writes one file per rank "
@@ -209,6 +227,7 @@ class FileSystemWriter(StorageWriter):
         self.path = os.fspath(path)
         self.sync_files, self.overwrite, self.direct_io = sync_files, overwrite, direct_io
         self.staging_mib, self.process_group = staging_mib, process_group
+        self._emulate_device = _emulate_device  # tests: CPU tensors take the device path
         self.save_id = str(uuid.uuid4())
 
     def reset(self, checkpoint_id=None):
@@ -255,7 +274,7 @@ class FileSystemWriter(StorageWriter):
         try:
             try:
                 for item in plan.items:
-                    _add_item(st, item, planner.resolve_data(item), paths.get(item.index.fqn))
+                    _add_item(st, item, planner.resolve_data(item), paths.get(item.index.fqn), self._emulate_device)
             except BaseException as e:
                 # The other ranks are in sck_save: give them this rank's failure there, then raise it here.
                 status = e.status if isinstance(e, shardckpt.Error) and isinstance(e.status, int) else _capi.ERR_INVALID_ARG

@@ -16,7 +16,8 @@
   DTensor saves on 1, 3, 4 ranks load with torch's own reader on 4, 2, 3 ranks (and with shardckpt's) bit for
   bit, every item CRC-32C-checked by `shardckpt verify`; every dtype; an FSDP Module + Adam get_state_dict
   saved on 2 ranks resumes on 2 and 1 ranks exactly; torch's writer and ours (also under dcp.async_save)
-  give the same state and .metadata (t26_pywriter.py like-torch); failing saves raise on every rank, none hanging, and leave the
+  give the same state and .metadata (t26_pywriter.py like-torch); the device path (accelerator tensors
+  streamed through sck_device_ops) with CPU tensors standing in, through 1 MiB staging (t26_pywriter.py device); failing saves raise on every rank, none hanging, and leave the
   checkpoint before them (t26_pywriter.py failures).
 
 usage: add_cases(s, ri, in_root) from t26_cases.add_cases.
@@ -119,6 +120,7 @@ def writes(ri, w):
     for n in ("2", "1"):
         out += t26_cases.py26(ri, "t26_dtensor.py", "resume", t, n, t + ".want.pt")
     out += t26_cases.py26(ri, "t26_pywriter.py", "like-torch", os.path.join(w, "like"), "3", env=wenv)
+    out += t26_cases.py26(ri, "t26_pywriter.py", "device", os.path.join(w, "device"), "3", env=wenv)
     return out + t26_cases.py26(ri, "t26_pywriter.py", "failures", os.path.join(w, "fail"), "3", env=wenv)
 
 

@@ -7,6 +7,8 @@ usage: t26_pywriter.py like-torch DIR NRANKS  t26_dtensor's STATE saved by torch
                                               torch's own reader into the same state bit for bit, and their
                                               .metadata (unpickled by torch's reader) agree: every key, kind,
                                               dtype, size, chunk list and planner_data path
+       t26_pywriter.py device DIR NRANKS      the writer's and reader's device path (sck_device_ops through torch
+                                              copies) with CPU tensors standing in for accelerator ones
        t26_pywriter.py failures DIR NRANKS    a good save, then saves that must fail on every rank, none
                                               hanging: one rank's resolve_data raising, a directory holding a
                                               foreign file, overwrite=False; DIR keeps the good checkpoint
@@ -107,6 +109,56 @@ def like_torch_rank(d):
     return rank_report(rank, problems, f"of {n}: torch's writer and shardckpt's give the same state and metadata")
 
 
+def device_rank(d):
+    """The device path (sck_device_ops over torch copies) with CPU tensors standing in for device ones:
+    STATE plus a 6 MiB sharded tensor saved through 1 MiB staging (several blocks a piece), loaded by torch's
+    reader and by ours through the same path, bit for bit."""
+    import torch
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import Shard, distribute_tensor
+    writer(d)  # puts the package on sys.path
+    import shardckpt.torch
+    import shardckpt._torch_device as tdev
+    dist.init_process_group("gloo")
+    rank, n = dist.get_rank(), dist.get_world_size()
+    mesh = init_device_mesh("cpu", (n,))
+    big = torch.arange(1536 * 1024, dtype=torch.float32).reshape(1536, 1024) * 0.5
+    calls = {"to_host": 0, "to_device": 0}
+    real_h, real_d = tdev.TorchDevice._to_host, tdev.TorchDevice._to_device
+
+    def to_host(self, *a):
+        calls["to_host"] += 1
+        return real_h(self, *a)
+
+    def to_device(self, *a):
+        calls["to_device"] += 1
+        return real_d(self, *a)
+    tdev.TorchDevice._to_host, tdev.TorchDevice._to_device = to_host, to_device
+
+    def full(fill):
+        sd = state(mesh, fill)
+        sd["model"]["big"] = distribute_tensor(big if fill else torch.zeros_like(big), mesh, [Shard(0)])
+        return sd
+    path = os.path.join(d, "dev")
+    dcp.save(full(True), storage_writer=writer(path, staging_mib=1, _emulate_device=True))
+    problems = []
+    for how, reader in (("torch's reader", FileSystemReader(path)),
+                        ("ours, device path", shardckpt.torch.FileSystemReader(path, _emulate_device=True))):
+        sd = full(False)
+        dcp.load(sd, storage_reader=reader)
+        problems += [f"{how}: {p}" for p in problems_of(sd)]
+        if not torch.equal(sd["model"]["big"].full_tensor(), big):
+            problems.append(f"{how}: model.big differs")
+    local_mib = big.numel() * 4 / n / 2**20
+    if calls["to_host"] < local_mib or calls["to_device"] < local_mib:  # one call per 1 MiB block at least
+        problems.append(f"device copies {calls} for {local_mib:.1f} MiB through 1 MiB staging")
+    dist.barrier()
+    return rank_report(rank, problems, f"of {n}: device path (emulated) saved and loaded bit for bit, copies {calls}")
+
+
 def failures_rank(d):
     import torch.distributed as dist
     import torch.distributed.checkpoint as dcp
@@ -157,7 +209,7 @@ def failures_rank(d):
 
 def main(argv):
     mode, d, n = argv[1], argv[2], int(argv[3])
-    fn = {"like-torch": like_torch_rank, "failures": failures_rank}[mode]
+    fn = {"like-torch": like_torch_rank, "failures": failures_rank, "device": device_rank}[mode]
     if os.environ.get("SCK_T26_RANK"):
         return fn(d)
     os.makedirs(d, exist_ok=True)
