@@ -32,7 +32,7 @@ def _fail(what, e):
     return _capi.lib.sck_err(_capi.ERR_IO, b"%s", f"{what}: {type(e).__name__}: {e}".encode("utf-8", "replace"))
 
 
-def _host_bytes(addr, n):
+def _wrap_host(addr, n):
     return torch.frombuffer((ctypes.c_uint8 * n).from_address(addr), dtype=torch.uint8)
 
 
@@ -42,7 +42,8 @@ class TorchDevice:
 
     def __init__(self, emulate=False):
         self.emulate = emulate
-        self._bases, self._tensors, self._pinned = [], [], {}
+        self._bases, self._tensors = [], []
+        self._pinned_bases, self._pinned = [], []  # host_alloc'ed staging, sorted by address
         self._devices = set()
         pinned = not emulate and torch.cuda.is_available()
         self.ops = DeviceOps(COPY(self._to_host), COPY(self._to_device), WAIT(self._wait),
@@ -68,16 +69,25 @@ class TorchDevice:
             raise ValueError(f"device bytes [{off}, {off + n}) past the end of a {t.numel()}-byte tensor")
         return t[off:off + n]
 
+    def _host_bytes(self, addr, n):
+        """Host memory as a tensor: a slice of the pinned staging tensor holding it, so that torch knows it
+        is pinned and non_blocking copies are asynchronous; else a view over the library's memory."""
+        k = bisect.bisect_right(self._pinned_bases, addr) - 1
+        if k >= 0 and addr + n <= self._pinned_bases[k] + self._pinned[k].numel():
+            off = addr - self._pinned_bases[k]
+            return self._pinned[k][off:off + n]
+        return _wrap_host(addr, n)
+
     def _to_host(self, ctx, host, dev, n):
         try:
-            _host_bytes(host, n).copy_(self._bytes(dev, n), non_blocking=not self.emulate)
+            self._host_bytes(host, n).copy_(self._bytes(dev, n), non_blocking=not self.emulate)
             return 0
         except BaseException as e:  # noqa: B036  (nothing may unwind through the C frames)
             return _fail("copy to host", e)
 
     def _to_device(self, ctx, dev, host, n):
         try:
-            self._bytes(dev, n).copy_(_host_bytes(host, n), non_blocking=not self.emulate)
+            self._bytes(dev, n).copy_(self._host_bytes(host, n), non_blocking=not self.emulate)
             return 0
         except BaseException as e:  # noqa: B036
             return _fail("copy to device", e)
@@ -96,8 +106,12 @@ class TorchDevice:
             t = torch.empty(n, dtype=torch.uint8, pin_memory=True)
         except BaseException:  # noqa: B036  (no pinned memory left: the library says so)
             return None
-        self._pinned[t.data_ptr()] = t
+        k = bisect.bisect_left(self._pinned_bases, t.data_ptr())
+        self._pinned_bases.insert(k, t.data_ptr())
+        self._pinned.insert(k, t)
         return t.data_ptr()
 
     def _free(self, ctx, p, n):
-        self._pinned.pop(p, None)
+        k = bisect.bisect_left(self._pinned_bases, p)
+        if k < len(self._pinned_bases) and self._pinned_bases[k] == p:
+            del self._pinned_bases[k], self._pinned[k]
