@@ -14,26 +14,35 @@
 #define COLS 5
 static float W[ROWS][COLS];
 
-/* A torch.save archive of `v`, as the library writes one for a value: saved, then cut out of the
- * data file at its recorded place. */
-static unsigned char *archive_of(const char *dir, sck_value *v, size_t *n) {
+/* A copy of the item of `key` in checkpoint dir (opened as ck), cut out of its data file at its recorded
+ * place; *n receives its length.  NULL if it cannot be read. */
+static unsigned char *item_copy(const char *dir, sck_ckpt *ck, const char *key, size_t *n) {
+    sck_chunk_info ci;
+    long i = sck_ckpt_find(ck, key);
+    if (i < 0 || sck_ckpt_chunk(ck, (size_t)i, 0, &ci)) return NULL;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, ci.file);
+    size_t len;
+    unsigned char *all = fx_read(path, &len), *out = NULL;
+    if (all && ci.offset + ci.length <= len && (out = malloc(ci.length ? ci.length : 1))) {
+        memcpy(out, all + ci.offset, ci.length);
+        *n = ci.length;
+    }
+    free(all);
+    return out;
+}
+
+/* A torch.save archive of `v`, as the library writes one for a value: saved into this test's
+ * directory, then cut out of the data file. */
+static unsigned char *archive_of(sck_value *v, size_t *n) {
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/arch", th_tmpdir());
     sck_state *st = sck_state_new();
     sck_comm *c = sck_comm_single();
     unsigned char *out = NULL;
     sck_ckpt *ck = NULL;
-    sck_chunk_info ci;
-    if (!sck_state_add_value(st, "v", v) && !sck_save(c, dir, st, NULL) && !sck_ckpt_open(dir, &ck) &&
-        !sck_ckpt_chunk(ck, (size_t)sck_ckpt_find(ck, "v"), 0, &ci)) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", dir, ci.file);
-        size_t len;
-        unsigned char *all = fx_read(path, &len);
-        if (all && ci.offset + ci.length <= len && (out = malloc(ci.length))) {
-            memcpy(out, all + ci.offset, ci.length);
-            *n = ci.length;
-        }
-        free(all);
-    }
+    if (!sck_state_add_value(st, "v", v) && !sck_save(c, dir, st, NULL) && !sck_ckpt_open(dir, &ck))
+        out = item_copy(dir, ck, "v", n);
     sck_ckpt_close(ck);
     sck_comm_free(c);
     sck_state_free(st);
@@ -88,15 +97,10 @@ static int save_rank(sck_comm *comm, void *arg) {
 
 /* The item of `key` in dir is exactly want[0, n). */
 static int item_is(const char *dir, sck_ckpt *ck, const char *key, const void *want, size_t n) {
-    sck_chunk_info ci;
-    long i = sck_ckpt_find(ck, key);
-    if (i < 0 || sck_ckpt_chunk(ck, (size_t)i, 0, &ci) || ci.length != n) return 0;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s", dir, ci.file);
-    size_t len;
-    unsigned char *all = fx_read(path, &len);
-    int same = all && ci.offset + n <= len && !memcmp(all + ci.offset, want, n);
-    free(all);
+    size_t got_n = 0;
+    unsigned char *got = item_copy(dir, ck, key, &got_n);
+    int same = got && got_n == n && !memcmp(got, want, n);
+    free(got);
     return same;
 }
 
@@ -144,10 +148,9 @@ static void check_saved(const char *dir, const unsigned char *arch, size_t arch_
 
 TEST(item_bytes_are_stored_verbatim_and_load_as_values) {
     th_fill(W, sizeof W, 41);
-    char a[4096], d[4096];
-    snprintf(a, sizeof a, "%s/arch", th_tmpdir());
+    char d[4096];
     size_t arch_n = 0;
-    unsigned char *arch = archive_of(a, hparams(), &arch_n);
+    unsigned char *arch = archive_of(hparams(), &arch_n);
     REQUIRE(arch && arch_n > 22 && !memcmp(arch, "PK\x03\x04", 4));
     sck_value *want = hparams();
     /* 1, 2 and 3 thread ranks; sync and async; the Fabric layout keeps them DCP items. */
@@ -187,10 +190,9 @@ TEST(item_bytes_are_stored_verbatim_and_load_as_values) {
 
 TEST(item_bytes_in_a_full_save_store_their_value) {
     th_fill(W, sizeof W, 42);
-    char a[4096], p[4096];
-    snprintf(a, sizeof a, "%s/arch", th_tmpdir());
+    char p[4096];
     size_t arch_n = 0;
-    unsigned char *arch = archive_of(a, hparams(), &arch_n);
+    unsigned char *arch = archive_of(hparams(), &arch_n);
     REQUIRE(arch);
     snprintf(p, sizeof p, "%s/full.safetensors", th_tmpdir());
     int64_t shape[2] = {ROWS, COLS}, off[2] = {0, 0};

@@ -134,8 +134,14 @@ for _name, (_res, _args) in _SIGS.items():
     _f = getattr(lib, _name)
     _f.restype, _f.argtypes = _res, _args
 
-# sck_err is variadic: called as lib.sck_err(status, b"%s", message), with no argtypes.
+# sck_err is variadic: called with no argtypes, through set_error.
 lib.sck_err.restype = _I
+
+
+def set_error(status, message):
+    """Records `message` as the thread's last error (sck_err) and returns `status`, for callbacks the library
+    calls (a communicator's, a device's) and for a rank's own failure handed to sck_comm_agree."""
+    return lib.sck_err(status, b"%s", message.encode("utf-8", "replace"))
 
 _libc = ctypes.CDLL(None)
 libc_free = _libc.free

@@ -56,37 +56,30 @@ class State:
         self._keep = []
         self._device = None
 
-    def add_box(self, key, tensor, shape, offsets):
-        """Box `offsets` of global tensor `key` of `shape`, held by the contiguous CPU tensor `tensor`."""
-        self._keep.append(tensor)
-        ptr = tensor.data_ptr() if tensor.numel() else None
-        shardckpt._check(_capi.lib.sck_state_add_box(self.h, _key(key), sck_dtype(tensor.dtype, key), len(shape),
-                                                     _i64s(shape), _i64s(offsets), _i64s(tensor.shape), ptr))
-
-    def add_replicated(self, key, tensor):
-        """All of tensor `key`, held whole by the contiguous CPU tensor `tensor` (written once)."""
-        self._keep.append(tensor)
-        ptr = tensor.data_ptr() if tensor.numel() else None
-        shardckpt._check(_capi.lib.sck_state_add_replicated(self.h, _key(key), sck_dtype(tensor.dtype, key),
-                                                            tensor.dim(), _i64s(tensor.shape), ptr))
-
     def use_device(self, device):
         """Device pieces of this state go through `device` (a _torch_device.TorchDevice, kept alive here)."""
         self._device = device
         shardckpt._check(_capi.lib.sck_state_set_device(self.h, ctypes.addressof(device.ops), None))
 
-    def add_device_box(self, key, tensor, shape, offsets):
-        """As add_box, for a contiguous tensor the library reaches only through the device's copies."""
+    def _data(self, tensor, device):
         self._keep.append(tensor)
-        ptr = self._device.add(tensor) if tensor.numel() else None
-        shardckpt._check(_capi.lib.sck_state_add_device_box(self.h, _key(key), sck_dtype(tensor.dtype, key), len(shape),
-                                                            _i64s(shape), _i64s(offsets), _i64s(tensor.shape), ptr))
+        if not tensor.numel():
+            return None
+        return self._device.add(tensor) if device else tensor.data_ptr()
 
-    def add_device_replicated(self, key, tensor):
-        self._keep.append(tensor)
-        ptr = self._device.add(tensor) if tensor.numel() else None
-        shardckpt._check(_capi.lib.sck_state_add_device_replicated(self.h, _key(key), sck_dtype(tensor.dtype, key),
-                                                                   tensor.dim(), _i64s(tensor.shape), ptr))
+    def add_box(self, key, tensor, shape, offsets, device=False):
+        """Box `offsets` of global tensor `key` of `shape`, held by the contiguous tensor `tensor`: CPU
+        memory, or with device=True memory the library reaches only through use_device's copies."""
+        add = _capi.lib.sck_state_add_device_box if device else _capi.lib.sck_state_add_box
+        ptr = self._data(tensor, device)
+        shardckpt._check(add(self.h, _key(key), sck_dtype(tensor.dtype, key), len(shape), _i64s(shape),
+                             _i64s(offsets), _i64s(tensor.shape), ptr))
+
+    def add_replicated(self, key, tensor, device=False):
+        """All of tensor `key`, held whole by the contiguous tensor `tensor` (written once); device as add_box."""
+        add = _capi.lib.sck_state_add_device_replicated if device else _capi.lib.sck_state_add_replicated
+        ptr = self._data(tensor, device)
+        shardckpt._check(add(self.h, _key(key), sck_dtype(tensor.dtype, key), tensor.dim(), _i64s(tensor.shape), ptr))
 
     def add_item_bytes(self, key, data):
         """A byte item stored as exactly the bytes of `data` (a bytes-like object; copied)."""

@@ -14,7 +14,7 @@ from . import _capi
 
 
 def _fail(e):
-    return _capi.lib.sck_err(_capi.ERR_COMM, b"%s", f"torch.distributed: {type(e).__name__}: {e}".encode())
+    return _capi.set_error(_capi.ERR_COMM, f"torch.distributed: {type(e).__name__}: {e}")
 
 
 def _malloced(data):

@@ -29,7 +29,7 @@ class DeviceOps(ctypes.Structure):
 
 
 def _fail(what, e):
-    return _capi.lib.sck_err(_capi.ERR_IO, b"%s", f"{what}: {type(e).__name__}: {e}".encode("utf-8", "replace"))
+    return _capi.set_error(_capi.ERR_IO, f"{what}: {type(e).__name__}: {e}")
 
 
 def _wrap_host(addr, n):

@@ -135,11 +135,10 @@ class FileSystemReader(StorageReader):
                 if not (target.is_contiguous() and target.dtype == dtype):  # a temporary where it must be
                     dest = torch.empty(tuple(req.lengths), dtype=dtype, device=target.device)
                     copies.append((target, dest))
-                if _on_device(dest, self._emulate_device):  # through host staging, block by block
+                dev = _on_device(dest, self._emulate_device)  # through host staging, block by block
+                if dev:
                     _use_device(st, self._emulate_device)
-                    st.add_device_box(name, dest, e.shape, offsets)
-                else:
-                    st.add_box(name, dest, e.shape, offsets)
+                st.add_box(name, dest, e.shape, offsets, device=dev)
                 done.append((req, target))
             # Every box at once through the library's loader: its reader threads, straight into the
             # destination tensors, each item's CRC-32C (or a torch item's zip CRC-32) checked.  Ranks load
@@ -193,9 +192,9 @@ def _add_item(st, item, data, path, emulate=False):
         if dev:
             _use_device(st, emulate)
         if item.type == WriteItemType.TENSOR:  # a whole tensor: written once whichever ranks hold it
-            (st.add_device_replicated if dev else st.add_replicated)(key, t)
+            st.add_replicated(key, t, device=dev)
         else:
-            (st.add_device_box if dev else st.add_box)(key, t, td.size, td.chunk.offsets)
+            st.add_box(key, t, td.size, td.chunk.offsets, device=dev)
     # torch's flattening path (planner.mappings), recorded as .metadata's planner_data; one that does
     # not spell the key (a custom planner's) is left out, and the key gets its default path.
     if path is not None and ".".join(str(p) for p in path) == key:
@@ -278,7 +277,7 @@ class FileSystemWriter(StorageWriter):
             except BaseException as e:
                 # The other ranks are in sck_save: give them this rank's failure there, then raise it here.
                 status = e.status if isinstance(e, shardckpt.Error) and isinstance(e.status, int) else _capi.ERR_INVALID_ARG
-                _capi.lib.sck_err(status, b"%s", f"{self.path}: {e}".encode("utf-8", "replace"))
+                _capi.set_error(status, f"{self.path}: {e}")
                 _capi.lib.sck_comm_agree(handle, status)
                 raise
             st.save(handle, os.fsencode(self.path),
